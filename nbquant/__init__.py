@@ -1,0 +1,39 @@
+"""nbquant: Numba-compiled quantization kernels for CPU and CUDA from one source.
+
+Examples
+--------
+>>> import numpy as np, nbquant
+>>> x = np.array([[0.1, -0.7], [2.0, 0.5]], np.float32)
+>>> q = nbquant.quantize(x, np.float32(2.0 / 127), "int8")
+>>> nbquant.dequantize(q, np.float32(2.0 / 127)).round(3)
+array([[ 0.094, -0.693],
+       [ 2.   ,  0.504]], dtype=float32)
+"""
+
+from .api import dequantize, quantize
+from .backends import (
+    BackendInfo,
+    BackendUnavailableError,
+    backends,
+    get_backend,
+    set_backend,
+    use_backend,
+)
+from .formats import FORMATS, QuantFormat, get_format
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "quantize",
+    "dequantize",
+    "backends",
+    "set_backend",
+    "get_backend",
+    "use_backend",
+    "BackendInfo",
+    "BackendUnavailableError",
+    "FORMATS",
+    "QuantFormat",
+    "get_format",
+    "__version__",
+]

@@ -1,0 +1,223 @@
+"""The public quantize / dequantize entry points: validate, normalise the layout, dispatch."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from .backends import resolve_backend
+from .element import SCALE_DIVIDE, SCALE_MULTIPLY
+from .formats import QuantFormat, get_format
+from .layout import resolve_layout
+from .spec import DequantizeSpec, QuantizeSpec
+from .validation import (
+    FLOAT_OUTPUT_DTYPES,
+    check_choice,
+    check_float_input,
+    check_out,
+    check_quant_range,
+    check_scale,
+    check_zero_point,
+)
+
+__all__ = ["quantize", "dequantize"]
+
+ScaleOp = Literal["divide", "reciprocal", "multiply"]
+ZeroPointOrder = Literal["after_rounding", "before_rounding"]
+_SCALE_OPS = ("divide", "reciprocal", "multiply")
+_ZP_ORDERS = ("after_rounding", "before_rounding")
+
+
+def _check_packed(packed, fmt: QuantFormat, last_dim: int) -> bool:
+    if not isinstance(packed, (bool, np.bool_)):
+        raise TypeError(f"packed={packed!r} must be True or False")
+    if packed:
+        if not fmt.packable:
+            raise ValueError(f"packed=True needs a sub-byte format (int4, uint4, int2, uint2); dtype is {fmt.name}")
+        k = fmt.codes_per_byte
+        if last_dim % k:
+            raise ValueError(f"packed=True stores {k} {fmt.name} codes per byte along the last axis, whose length "
+                             f"{last_dim} is not a multiple of {k}; pad the last axis to a multiple of {k}")
+    return bool(packed)
+
+
+def quantize(
+    x: npt.ArrayLike,
+    scale: npt.ArrayLike,
+    dtype: str | npt.DTypeLike,
+    *,
+    zero_point: npt.ArrayLike | None = None,
+    axis: int | None = None,
+    block_size: int | tuple[int, ...] | None = None,
+    quant_min: int | None = None,
+    quant_max: int | None = None,
+    packed: bool = False,
+    scale_op: ScaleOp = "divide",
+    zero_point_order: ZeroPointOrder = "after_rounding",
+    out: np.ndarray | None = None,
+    backend: str | None = None,
+) -> np.ndarray:
+    """Quantize a float array to integer codes: ``q = clamp(rne(x / scale) + zero_point, qmin, qmax)``.
+
+    Parameters
+    ----------
+    x : array_like
+        float32, float16, bfloat16 (ml_dtypes) or float64 input, any shape and
+        strides (a non-contiguous input is copied once). float64 and the half types
+        are converted to float32 first; all arithmetic is float32.
+    scale : array_like
+        Positive finite scales: one value (per-tensor), one per channel along
+        ``axis``, or one per block (see ``block_size``). Converted to float32.
+    dtype : str or dtype
+        The quantized format: ``"int8"``, ``"uint8"``, ``"int16"``, ``"uint16"``,
+        ``"int4"``, ``"uint4"``, ``"int2"``, ``"uint2"`` or the numpy/ml_dtypes dtype.
+    zero_point : array_like, optional
+        Same shape as ``scale``. Integers within the format's range when added after
+        rounding (the default); any finite float with ``zero_point_order="before_rounding"``.
+    axis : int, optional
+        Per-channel: ``scale`` has one value per index of ``axis`` (the kept
+        dimension, as in TensorRT and ONNX). With an int ``block_size``: the blocked axis.
+    block_size : int or tuple of int, optional
+        An int ``B`` with ``axis``: ONNX blocked quantization; ``scale`` has the input's
+        rank with ``ceil(n / B)`` along ``axis``. A tuple with one entry per dimension:
+        torchao blocks, each entry dividing its dimension; ``scale`` has the block-grid
+        shape (size-1 dims may be dropped).
+    quant_min, quant_max : int, optional
+        Clamp bounds inside the format's range (default: the full range).
+    packed : bool
+        For sub-byte formats, return uint8 with ``8 // bits`` codes per byte along the
+        last axis, the first element in the lowest bits (``byte = q[2j] | q[2j+1] << 4``
+        for 4-bit). The last axis must be a multiple of ``8 // bits``.
+    scale_op : {"divide", "reciprocal", "multiply"}
+        ``x / scale`` (ONNX, TensorRT); ``x * fl(1 / scale)`` (torchao, fbgemm);
+        ``x * scale`` where ``scale`` is a multiplier (pypto, modelopt).
+    zero_point_order : {"after_rounding", "before_rounding"}
+        ``rne(v) + zp`` (ONNX, torchao) or ``rne(v + zp)`` (pypto, torch.quantize_per_tensor).
+    out : numpy.ndarray, optional
+        Preallocated result of the exact shape and dtype this call returns.
+    backend : str, optional
+        ``"auto"``, ``"reference"`` or ``"cpu"``; default: the selected backend.
+
+    Returns
+    -------
+    numpy.ndarray
+        Codes of ``dtype`` (ml_dtypes for sub-byte formats), or packed ``uint8``.
+
+    Notes
+    -----
+    Rounding is half to even. NaN inputs are quantized as if they were 0.0, so they
+    become the zero point (clamped); ``+inf`` and ``-inf`` become ``qmax`` and
+    ``qmin``. Every backend gives the same bits.
+
+    Examples
+    --------
+    >>> import numpy as np, nbquant
+    >>> nbquant.quantize(np.array([-1.0, 0.25, 0.5, 300.0], np.float32), 0.5, "int8")
+    array([ -2,   0,   1, 127], dtype=int8)
+    >>> nbquant.quantize(np.array([[1.0, -1.0]], np.float32), 0.5, "int4", packed=True)
+    array([[226]], dtype=uint8)
+    """
+    fmt = get_format(dtype)
+    x = check_float_input(x)
+    layout = resolve_layout(x.shape, axis, block_size)
+    op = check_choice("scale_op", scale_op, _SCALE_OPS)
+    order = check_choice("zero_point_order", zero_point_order, _ZP_ORDERS)
+    s = check_scale(scale, layout)
+    if op == "reciprocal":
+        s = np.float32(1) / s
+    zp = check_zero_point(zero_point, layout, fmt, integral=order == "after_rounding")
+    qmin, qmax = check_quant_range(fmt, quant_min, quant_max)
+    packed = _check_packed(packed, fmt, layout.shape[-1])
+    shape = x.shape[:-1] + (x.shape[-1] // fmt.codes_per_byte,) if packed else x.shape
+    out_dtype = np.dtype(np.uint8) if packed else fmt.dtype
+    if out is None:
+        result = np.empty(shape, out_dtype)
+    else:
+        result = check_out(out, shape, out_dtype, inputs=(x,))
+    spec = QuantizeSpec(fmt, layout, qmin, qmax, SCALE_DIVIDE if op == "divide" else SCALE_MULTIPLY,
+                        order == "before_rounding", packed)
+    impl = resolve_backend(backend, (x,))
+    if x.size:
+        impl.quantize(x, s, zp, spec, result.view(np.uint8 if packed else fmt.storage))
+    return result
+
+
+def _code_format(q: np.ndarray, dtype) -> tuple[QuantFormat, bool]:
+    """The format of ``q`` and whether it is packed."""
+    if dtype is None:
+        return get_format(q.dtype), False
+    fmt = get_format(dtype)
+    if q.dtype == fmt.dtype:
+        return fmt, False
+    if fmt.packable and q.dtype == np.uint8:
+        return fmt, True
+    allowed = f"{fmt.dtype}" + (" or packed uint8" if fmt.packable else "")
+    raise TypeError(f"q has dtype {q.dtype}, which does not hold {fmt.name} codes; expected {allowed}")
+
+
+def dequantize(
+    q: npt.ArrayLike,
+    scale: npt.ArrayLike,
+    *,
+    zero_point: npt.ArrayLike | None = None,
+    axis: int | None = None,
+    block_size: int | tuple[int, ...] | None = None,
+    dtype: str | npt.DTypeLike | None = None,
+    out_dtype: npt.DTypeLike = np.float32,
+    out: np.ndarray | None = None,
+    backend: str | None = None,
+) -> np.ndarray:
+    """Dequantize codes: ``x = (q - zero_point) * scale``, computed in float32.
+
+    Parameters
+    ----------
+    q : array_like
+        Codes: int8, uint8, int16, uint16 or ml_dtypes int4/uint4/int2/uint2, or
+        packed uint8 (then ``dtype`` names the sub-byte format).
+    scale, zero_point, axis, block_size
+        As in :func:`quantize`, describing the unpacked shape. The zero point may be
+        any finite float (pypto) or integer.
+    dtype : str or dtype, optional
+        The quantized format; needed when ``q`` is packed uint8.
+    out_dtype : dtype
+        float32 (default), float16 or bfloat16 (rounded to nearest even from float32).
+    out : numpy.ndarray, optional
+        Preallocated result of the exact shape and ``out_dtype``.
+    backend : str, optional
+        As in :func:`quantize`.
+
+    Returns
+    -------
+    numpy.ndarray
+
+    Examples
+    --------
+    >>> import numpy as np, nbquant
+    >>> nbquant.dequantize(np.array([-2, 0, 1, 127], np.int8), 0.5)
+    array([-1. ,  0. ,  0.5, 63.5], dtype=float32)
+    >>> nbquant.dequantize(np.array([[226]], np.uint8), 0.5, dtype="int4")
+    array([[ 1., -1.]], dtype=float32)
+    """
+    q = np.ascontiguousarray(q)
+    fmt, packed = _code_format(q, dtype)
+    try:
+        out_dt = np.dtype(out_dtype)
+    except TypeError:
+        out_dt = None
+    if out_dt not in FLOAT_OUTPUT_DTYPES:
+        raise TypeError(f"out_dtype={out_dtype!r} is not supported; use float32, float16 or ml_dtypes.bfloat16")
+    shape = q.shape[:-1] + (q.shape[-1] * fmt.codes_per_byte,) if packed else q.shape
+    layout = resolve_layout(shape, axis, block_size)
+    s = check_scale(scale, layout)
+    zp = check_zero_point(zero_point, layout, fmt, integral=False)
+    if out is None:
+        result = np.empty(shape, out_dt)
+    else:
+        result = check_out(out, shape, out_dt, inputs=(q,))
+    spec = DequantizeSpec(fmt, layout, packed, out_dt)
+    impl = resolve_backend(backend, (q,))
+    if result.size:
+        impl.dequantize(q.view(np.uint8 if packed else fmt.storage), s, zp, spec, result)
+    return result

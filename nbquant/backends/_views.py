@@ -1,0 +1,36 @@
+"""Array views and launch sizes shared by the compiled backends (cpu, cuda)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+_BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+
+#: Elements of one row handled by one parallel work unit.
+ROW_TILE = 1 << 16
+
+
+def kernel_float_view(x: np.ndarray) -> np.ndarray:
+    """View float16 as uint16 and bfloat16 as int16 bits (kernels decode them by type)."""
+    if x.dtype == np.float16:
+        return x.view(np.uint16)
+    if x.dtype == _BFLOAT16:
+        return x.view(np.int16)
+    return x
+
+
+def output_float_like(dtype: np.dtype):
+    """A scalar whose type tells :func:`nbquant.element.store_float` what to encode."""
+    if dtype == np.float16:
+        return np.uint16(0)
+    if dtype == _BFLOAT16:
+        return np.int16(0)
+    return np.float32(0)
+
+
+def row_tile(columns: int, codes_per_byte: int) -> int:
+    """Columns per work unit: the whole row up to :data:`ROW_TILE`, a multiple of the packing."""
+    if columns <= ROW_TILE:
+        return max(columns, 1)
+    return ROW_TILE - ROW_TILE % codes_per_byte

@@ -1,0 +1,216 @@
+"""The CPU backend: Numba ``njit(parallel=True, cache=True)`` kernels.
+
+Kernels loop over the canonical ``(P, R, C)`` layout from
+:func:`nbquant.layout.canonical_views`: parallel over work units of one row tile,
+rows outer, a contiguous inner loop per scale block so the element functions
+vectorize. The scale of a block is read once per block; no index is divided per
+element. All numerics live in :mod:`nbquant.element`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+from numba import njit, prange
+
+from .. import element
+from ..element import code_bits, code_value, dequantize_value, quantize_value, store_float
+from ..layout import canonical_views
+from ._views import kernel_float_view, output_float_like, row_tile
+
+name = "cpu"
+
+_KERNEL_OPTIONS = dict(parallel=True, cache=True, error_model="numpy", nogil=True)
+
+
+@njit(inline="always")
+def _unit(unit, ntiles, tile, R, C, bp, br):
+    """Coordinates of one work unit: ``(p, r)`` row, its scale row ``(sp, sr)``, columns ``[c, end)``."""
+    row = unit // ntiles
+    c = (unit - row * ntiles) * tile
+    p = row // R
+    r = row - p * R
+    return p, r, p // bp, r // br, c, min(c + tile, C)
+
+
+# Inner loops index slices from 0: a loop index that starts elsewhere keeps Numba's
+# negative-index wraparound check alive and stops vectorization (5x slower).
+
+
+@njit(**_KERNEL_OPTIONS)
+def quantize_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, mask, bp, br, bc, tile, out):
+    """Quantize ``x`` (P, R, C) into unsigned code storage ``out`` (P, R, C).
+
+    ``bc == 1`` needs ``zp`` of the scale's shape (zeros when absent).
+    """
+    P, R, C = x.shape
+    ntiles = (C + tile - 1) // tile
+    for unit in prange(P * R * ntiles):
+        p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
+        if bc == 1:
+            xs, ss, zs, os = x[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], out[p, r, c:end]
+            for i in range(xs.size):
+                os[i] = code_bits(quantize_value(xs[i], ss[i], zs[i], scale_op, zp_before, qmin, qmax), mask)
+            continue
+        g = c // bc
+        while c < end:
+            stop = min((g + 1) * bc, end)
+            s = scale[sp, sr, g]
+            z = zp[sp, sr, g] if has_zp else np.float32(0)
+            xs, os = x[p, r, c:stop], out[p, r, c:stop]
+            for i in range(xs.size):
+                os[i] = code_bits(quantize_value(xs[i], s, z, scale_op, zp_before, qmin, qmax), mask)
+            c = stop
+            g += 1
+
+
+@njit(**_KERNEL_OPTIONS)
+def quantize_packed_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, nbits, bp, br, bc, tile, out):
+    """Quantize ``x`` (P, R, C) into packed bytes ``out`` (P, R, C / k), first code in the low bits."""
+    P, R, C = x.shape
+    k = 8 // nbits
+    mask = (1 << nbits) - 1
+    aligned = bc % k == 0 or bc >= C
+    ntiles = (C + tile - 1) // tile
+    for unit in prange(P * R * ntiles):
+        p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
+        g = c // bc
+        if aligned:
+            while c < end:
+                stop = min((g + 1) * bc, end)
+                s = scale[sp, sr, g]
+                z = zp[sp, sr, g] if has_zp else np.float32(0)
+                xs, os = x[p, r, c:stop], out[p, r, c // k:stop // k]
+                for j in range(os.size):
+                    byte = 0
+                    for t in range(k):
+                        v = quantize_value(xs[j * k + t], s, z, scale_op, zp_before, qmin, qmax)
+                        byte |= code_bits(v, mask) << (t * nbits)
+                    os[j] = byte
+                c = stop
+                g += 1
+            continue
+        left = (g + 1) * bc - c
+        xs, os = x[p, r, c:end], out[p, r, c // k:end // k]
+        for j in range(os.size):
+            byte = 0
+            for t in range(k):
+                if left == 0:
+                    g += 1
+                    left = bc
+                z = zp[sp, sr, g] if has_zp else np.float32(0)
+                v = quantize_value(xs[j * k + t], scale[sp, sr, g], z, scale_op, zp_before, qmin, qmax)
+                byte |= code_bits(v, mask) << (t * nbits)
+                left -= 1
+            os[j] = byte
+
+
+@njit(**_KERNEL_OPTIONS)
+def dequantize_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
+    """Dequantize unsigned code storage ``q`` (P, R, C) into ``out`` (float storage like ``like``).
+
+    ``bc == 1`` needs ``zp`` of the scale's shape (zeros when absent).
+    """
+    P, R, C = q.shape
+    ntiles = (C + tile - 1) // tile
+    for unit in prange(P * R * ntiles):
+        p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
+        if bc == 1:
+            qs, ss, zs, os = q[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], out[p, r, c:end]
+            for i in range(qs.size):
+                os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), ss[i], zs[i]), like)
+            continue
+        g = c // bc
+        while c < end:
+            stop = min((g + 1) * bc, end)
+            s = scale[sp, sr, g]
+            z = zp[sp, sr, g] if has_zp else np.float32(0)
+            qs, os = q[p, r, c:stop], out[p, r, c:stop]
+            for i in range(qs.size):
+                os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), s, z), like)
+            c = stop
+            g += 1
+
+
+@njit(**_KERNEL_OPTIONS)
+def dequantize_packed_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
+    """Dequantize packed bytes ``q`` (P, R, C / k) into ``out`` (P, R, C)."""
+    P, R, C = out.shape
+    k = 8 // nbits
+    ntiles = (C + tile - 1) // tile
+    for unit in prange(P * R * ntiles):
+        p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
+        g = c // bc
+        left = (g + 1) * bc - c
+        qs, os = q[p, r, c // k:end // k], out[p, r, c:end]
+        for j in range(qs.size):
+            byte = qs[j]
+            for t in range(k):
+                if left == 0:
+                    g += 1
+                    left = bc
+                z = zp[sp, sr, g] if has_zp else np.float32(0)
+                v = dequantize_value(code_value(byte >> (t * nbits), nbits, signed), scale[sp, sr, g], z)
+                os[j * k + t] = store_float(v, like)
+                left -= 1
+
+
+_KERNELS = (quantize_kernel, quantize_packed_kernel, dequantize_kernel, dequantize_packed_kernel)
+
+
+def _stamp_cache_with_element_source() -> None:
+    """Make the on-disk kernel cache depend on :mod:`nbquant.element` too.
+
+    Numba keys a cached kernel on its own file only, so an edit to an inlined
+    element function would silently reuse stale machine code. numba is pinned below
+    0.69, whose ``Cache`` keeps the stamp in ``_cache_file._source_stamp``.
+    """
+    extra = hashlib.sha256(Path(element.__file__).read_bytes()).digest()
+    for kernel in _KERNELS:
+        cache_file = kernel._cache._cache_file
+        cache_file._source_stamp = (cache_file._source_stamp, extra)
+
+
+_stamp_cache_with_element_source()
+
+_NO_ZERO_POINT = np.zeros((1, 1, 1), np.float32)
+
+
+def _zero_points(scale3: np.ndarray, bc: int) -> np.ndarray:
+    """Zeros standing in for an absent zero point: scale-shaped when read per column (``bc == 1``)."""
+    return np.zeros_like(scale3) if bc == 1 else _NO_ZERO_POINT
+
+
+def quantize(x, scale, zero_point, spec, out) -> None:
+    """Run the quantize kernel over every canonical block of ``x``."""
+    fmt = spec.format
+    k = fmt.codes_per_byte if spec.packed else 1
+    has_zp = zero_point is not None
+    params = [scale, zero_point] if has_zp else [scale]
+    xk = kernel_float_view(x)
+    for (x3, o3), (s3, *z3), (bp, br, bc) in canonical_views(spec.layout, [xk, out], params, [1, k]):
+        zp3 = z3[0] if has_zp else _zero_points(s3, bc)
+        tile = row_tile(x3.shape[2], k)
+        args = (x3, s3, zp3, has_zp, spec.scale_op, spec.zero_point_before,
+                np.float32(spec.qmin), np.float32(spec.qmax))
+        if spec.packed:
+            quantize_packed_kernel(*args, fmt.bits, bp, br, bc, tile, o3)
+        else:
+            quantize_kernel(*args, fmt.mask, bp, br, bc, tile, o3)
+
+
+def dequantize(q, scale, zero_point, spec, out) -> None:
+    """Run the dequantize kernel over every canonical block of ``q``."""
+    fmt = spec.format
+    k = fmt.codes_per_byte if spec.packed else 1
+    has_zp = zero_point is not None
+    params = [scale, zero_point] if has_zp else [scale]
+    like = output_float_like(spec.out_dtype)
+    outk = kernel_float_view(out)
+    for (q3, o3), (s3, *z3), (bp, br, bc) in canonical_views(spec.layout, [q, outk], params, [k, 1]):
+        zp3 = z3[0] if has_zp else _zero_points(s3, bc)
+        tile = row_tile(o3.shape[2], k)
+        kernel = dequantize_packed_kernel if spec.packed else dequantize_kernel
+        kernel(q3, s3, zp3, has_zp, fmt.bits, fmt.signed, bp, br, bc, tile, like, o3)

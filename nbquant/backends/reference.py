@@ -1,0 +1,64 @@
+"""The reference backend: plain NumPy, written to be obviously correct.
+
+It works on the per-dimension :class:`~nbquant.layout.BlockLayout` directly (every
+scale is expanded to the input's shape by repeating it ``block[d]`` times along each
+dimension), not on the canonical layout the compiled backends use, so the two
+share no indexing code. Tests use it as the oracle.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..element import SCALE_MULTIPLY
+from ..layout import BlockLayout
+
+name = "reference"
+
+
+def _expand(grid_param: np.ndarray, layout: BlockLayout) -> np.ndarray:
+    """Repeat a block-grid array to the full input shape."""
+    full = grid_param
+    for d, (n, b) in enumerate(zip(layout.shape, layout.block)):
+        full = np.repeat(full, b, axis=d)[(slice(None),) * d + (slice(0, n),)]
+    return full
+
+
+def _unpack(packed: np.ndarray, bits: int) -> np.ndarray:
+    k = 8 // bits
+    shifts = (np.arange(k, dtype=np.uint8) * bits).astype(np.uint8)
+    codes = (packed[..., None] >> shifts) & np.uint8((1 << bits) - 1)
+    return codes.reshape(packed.shape[:-1] + (packed.shape[-1] * k,))
+
+
+def _pack(codes: np.ndarray, bits: int) -> np.ndarray:
+    k = 8 // bits
+    groups = codes.astype(np.uint8).reshape(codes.shape[:-1] + (codes.shape[-1] // k, k))
+    shifts = (np.arange(k, dtype=np.uint8) * bits).astype(np.uint8)
+    return np.bitwise_or.reduce(groups << shifts, axis=-1).astype(np.uint8)
+
+
+def quantize(x, scale, zero_point, spec, out) -> None:
+    """Fill ``out`` (the format's unsigned storage, packed or not) with codes of ``x``."""
+    fmt, layout = spec.format, spec.layout
+    v = np.asarray(x, dtype=np.float32)
+    s = _expand(scale, layout)
+    v = v * s if spec.scale_op == SCALE_MULTIPLY else v / s
+    v = np.where(np.isnan(v), np.float32(0), v)
+    z = _expand(zero_point, layout) if zero_point is not None else np.float32(0)
+    r = np.rint(v + z) if spec.zero_point_before else np.rint(v) + z
+    code = np.clip(r, np.float32(spec.qmin), np.float32(spec.qmax)).astype(np.int32)
+    bits = code & np.int32(fmt.mask)
+    out[...] = _pack(bits, fmt.bits) if spec.packed else bits
+
+
+def dequantize(q, scale, zero_point, spec, out) -> None:
+    """Fill ``out`` with ``(code - zero_point) * scale`` in the output float dtype."""
+    fmt, layout = spec.format, spec.layout
+    bits = _unpack(q, fmt.bits) if spec.packed else q.astype(np.int32)
+    code = bits.astype(np.int32) & np.int32(fmt.mask)
+    if fmt.signed:
+        code = np.where(code > fmt.qmax, code - (1 << fmt.bits), code)
+    z = _expand(zero_point, layout) if zero_point is not None else np.float32(0)
+    v = (code.astype(np.float32) - z) * _expand(scale, layout)
+    out[...] = v.astype(spec.out_dtype)

@@ -1,0 +1,187 @@
+"""Scalar element functions: the numeric core that every compiled backend shares.
+
+Everything here is ``numba.njit(inline='always')``. Inlining happens on Numba IR
+before typing, so the same functions compile inside CPU ``njit`` kernels, inside
+``numba.cuda.jit`` kernels, and in a GPU-less ``cuda.compile_ptx`` (see
+``numba-notes.md``). Target-specific instructions sit in ``@intrinsic`` functions
+that branch on the LLVM target triple; kernel bodies never call an intrinsic
+directly (the CUDA simulator cannot run them), only the wrappers below.
+
+All arithmetic stays in float32: constants are ``np.float32`` and every function
+casts its float inputs to float32 first (a no-op once compiled; it stops the CUDA
+simulator from handing float64 Python floats to the next helper).
+
+Storage conventions
+-------------------
+* Float inputs reach kernels as float32, float64, or 16-bit patterns:
+  float16 as ``uint16`` and bfloat16 as ``int16`` views. :func:`load_f32` decodes
+  all four by type.
+* Integer codes are stored unsigned (``uint8``/``uint16``), low bits holding the
+  two's complement code (``ml_dtypes`` sub-byte storage). :func:`code_bits` and
+  :func:`code_value` convert between a float32 code value and those bits.
+* Packed codes: ``codes_per_byte`` codes in one byte, the first element in the
+  lowest bits (``byte = c0 | c1 << 4`` for 4-bit formats).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+__all__ = [
+    "SCALE_DIVIDE",
+    "SCALE_MULTIPLY",
+    "load_f32",
+    "store_float",
+    "rint_f32",
+    "quantize_value",
+    "dequantize_value",
+    "code_bits",
+    "code_value",
+]
+
+#: ``scale_op`` codes understood by :func:`quantize_value`.
+SCALE_DIVIDE = 0
+SCALE_MULTIPLY = 1
+
+_F32 = ir.FloatType()
+_I16 = ir.IntType(16)
+_I32 = ir.IntType(32)
+
+
+def _is_nvptx(builder) -> bool:
+    return "nvptx" in builder.module.triple
+
+
+@intrinsic
+def _rint(typingctx, value):
+    """Round float32 to the nearest integer, ties to even, staying in float32."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(_F32, [_F32])
+        if _is_nvptx(builder):
+            asm = ir.InlineAsm(fnty, "cvt.rni.f32.f32 $0, $1;", "=f,f")
+            return builder.call(asm, args)
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.rint.f32")
+        return builder.call(fn, args)
+
+    return types.float32(types.float32), codegen
+
+
+@intrinsic
+def _to_f32(typingctx, value):
+    """Decode one input element to float32 by its storage type.
+
+    float32 passes through, float64 rounds (RNE), uint16 holds float16 bits,
+    int16 holds bfloat16 bits.
+    """
+    if value not in (types.float32, types.float64, types.uint16, types.int16):
+        return None
+
+    def codegen(context, builder, signature, args):
+        (v,) = args
+        if value == types.float32:
+            return v
+        if value == types.float64:
+            return builder.fptrunc(v, _F32)
+        if value == types.uint16:
+            return builder.fpext(builder.bitcast(v, ir.HalfType()), _F32)
+        wide = builder.shl(builder.zext(v, _I32), ir.Constant(_I32, 16))
+        return builder.bitcast(wide, _F32)
+
+    return types.float32(value), codegen
+
+
+@intrinsic
+def _from_f32(typingctx, value, like):
+    """Encode float32 into the storage type of ``like`` (RNE for the narrow types).
+
+    ``like`` float32 → float32; uint16 → float16 bits; int16 → bfloat16 bits
+    (NaN stays a quiet NaN with its sign).
+    """
+    if value != types.float32 or like not in (types.float32, types.uint16, types.int16):
+        return None
+
+    def codegen(context, builder, signature, args):
+        v = args[0]
+        if like == types.float32:
+            return v
+        if like == types.uint16:
+            return builder.bitcast(builder.fptrunc(v, ir.HalfType()), _I16)
+        bits = builder.bitcast(v, _I32)
+        upper = builder.lshr(bits, ir.Constant(_I32, 16))
+        lsb = builder.and_(upper, ir.Constant(_I32, 1))
+        rounded = builder.add(bits, builder.add(lsb, ir.Constant(_I32, 0x7FFF)))
+        rounded = builder.lshr(rounded, ir.Constant(_I32, 16))
+        quiet = builder.or_(upper, ir.Constant(_I32, 0x0040))
+        is_nan = builder.fcmp_unordered("uno", v, v)
+        return builder.trunc(builder.select(is_nan, quiet, rounded), _I16)
+
+    return like(types.float32, like), codegen
+
+
+@njit(inline="always")
+def rint_f32(v):
+    """Round half to even in float32 (``cvt.rni.f32.f32`` on CUDA, ``llvm.rint`` on CPU)."""
+    return _rint(np.float32(v))
+
+
+@njit(inline="always")
+def load_f32(v):
+    """Decode a float32/float64/float16-bits/bfloat16-bits element to float32."""
+    return _to_f32(v)
+
+
+@njit(inline="always")
+def store_float(v, like):
+    """Encode a float32 value into the element type of ``like`` (see :func:`_from_f32`)."""
+    return _from_f32(np.float32(v), like)
+
+
+@njit(inline="always")
+def quantize_value(x, scale, zero_point, scale_op, zero_point_before, qmin, qmax):
+    """Quantize one element to a float32 code value in ``[qmin, qmax]``.
+
+    ``v = x / scale`` (``scale_op == SCALE_DIVIDE``) or ``x * scale``
+    (``SCALE_MULTIPLY``); NaN becomes 0; then ``clamp(rne(v + zp))`` when
+    ``zero_point_before`` else ``clamp(rne(v) + zp)``. ±inf clamp to the bounds.
+
+    The variants are selected arithmetically, not by branches, so a loop over this
+    function stays vectorizable: ``(v * 1) / s == v / s`` and ``(v * s) / 1 == v * s``
+    exactly, and ``rne(v + 0) + z`` equals ``rne(v) + z`` (only the sign of a zero differs).
+    """
+    one = np.float32(1.0)
+    s = np.float32(scale)
+    z = np.float32(zero_point)
+    multiply = scale_op == SCALE_MULTIPLY
+    v = (load_f32(x) * (s if multiply else one)) / (one if multiply else s)
+    v = np.float32(0.0) if v != v else v
+    z_before = z if zero_point_before else np.float32(0.0)
+    r = rint_f32(v + z_before) + (z - z_before)
+    return min(max(r, np.float32(qmin)), np.float32(qmax))
+
+
+@njit(inline="always")
+def code_bits(code, mask):
+    """The storage bits of a float32 code value: its two's complement, masked."""
+    return np.int32(code) & np.int32(mask)
+
+
+@njit(inline="always")
+def code_value(bits, nbits, signed):
+    """The integer value (as float32) of ``nbits`` storage bits; sign-extends when ``signed``."""
+    v = np.int32(bits) & np.int32((1 << nbits) - 1)
+    if signed and v >= np.int32(1 << (nbits - 1)):
+        v = v - np.int32(1 << nbits)
+    return np.float32(v)
+
+
+@njit(inline="always")
+def dequantize_value(code, scale, zero_point):
+    """``(code - zero_point) * scale`` in float32."""
+    return (np.float32(code) - np.float32(zero_point)) * np.float32(scale)

@@ -1,0 +1,44 @@
+"""Validated, backend-neutral descriptions of one quantize or dequantize call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .formats import QuantFormat
+from .layout import BlockLayout
+
+__all__ = ["QuantizeSpec", "DequantizeSpec"]
+
+
+@dataclass(frozen=True)
+class QuantizeSpec:
+    """Everything a backend needs besides the arrays to run a quantize kernel.
+
+    ``scale_op`` is :data:`~nbquant.element.SCALE_DIVIDE` or ``SCALE_MULTIPLY`` (a
+    reciprocal scale arrives already inverted); ``zero_point_before`` adds the zero
+    point before rounding instead of after.
+    """
+
+    format: QuantFormat
+    layout: BlockLayout
+    qmin: int
+    qmax: int
+    scale_op: int
+    zero_point_before: bool
+    packed: bool
+
+
+@dataclass(frozen=True)
+class DequantizeSpec:
+    """Everything a backend needs besides the arrays to run a dequantize kernel.
+
+    ``layout`` describes the unpacked codes; ``out_dtype`` is float32, float16 or
+    bfloat16.
+    """
+
+    format: QuantFormat
+    layout: BlockLayout
+    packed: bool
+    out_dtype: np.dtype

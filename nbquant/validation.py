@@ -1,0 +1,125 @@
+"""Argument checks run in Python before any kernel: each names the argument, the value and what is allowed."""
+
+from __future__ import annotations
+
+import operator
+
+import ml_dtypes
+import numpy as np
+
+from .formats import QuantFormat
+from .layout import BlockLayout, param_grid
+
+__all__ = [
+    "FLOAT_INPUT_DTYPES",
+    "FLOAT_OUTPUT_DTYPES",
+    "check_float_input",
+    "check_scale",
+    "check_zero_point",
+    "check_quant_range",
+    "check_out",
+    "check_choice",
+]
+
+FLOAT_INPUT_DTYPES = tuple(map(np.dtype, (np.float32, np.float16, ml_dtypes.bfloat16, np.float64)))
+FLOAT_OUTPUT_DTYPES = tuple(map(np.dtype, (np.float32, np.float16, ml_dtypes.bfloat16)))
+_NAMES = "float32, float16, bfloat16 (ml_dtypes) or float64"
+
+
+def check_float_input(x, name: str = "x") -> np.ndarray:
+    """Return ``x`` as a C-contiguous NumPy array of a supported float dtype (copies only if not contiguous)."""
+    arr = np.asarray(x)
+    if arr.dtype not in FLOAT_INPUT_DTYPES:
+        raise TypeError(f"{name} has dtype {arr.dtype}; nbquant quantizes {_NAMES} arrays. "
+                        f"Convert it first, e.g. {name}.astype(numpy.float32)")
+    return np.ascontiguousarray(arr)
+
+
+def _as_float_param(name: str, value) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.dtype.kind in "biu":
+        arr = arr.astype(np.float32)
+    elif arr.dtype not in FLOAT_INPUT_DTYPES:
+        raise TypeError(f"{name} has dtype {arr.dtype}; use a float ({_NAMES}) or integer array or scalar")
+    return arr.astype(np.float32)
+
+
+def _first_bad(name: str, arr: np.ndarray, bad: np.ndarray, allowed: str) -> None:
+    if bad.any():
+        index = np.unravel_index(int(np.argmax(bad)), bad.shape) if bad.ndim else ()
+        raise ValueError(f"{name} must be {allowed}; {name}{list(index) if index else ''} is {arr[index]!r}")
+
+
+def check_scale(scale, layout: BlockLayout, name: str = "scale") -> np.ndarray:
+    """Return the scale as a float32 block-grid array; every value must be finite and > 0."""
+    raw = _as_float_param(name, scale)
+    s = param_grid(name, raw, layout)
+    _first_bad(name, raw, ~(np.isfinite(raw) & (raw > 0)), "finite and > 0")
+    return np.ascontiguousarray(s)
+
+
+def check_zero_point(zero_point, layout: BlockLayout, fmt: QuantFormat, integral: bool) -> np.ndarray | None:
+    """Return the zero point as a float32 block-grid array, or None when absent or all zero.
+
+    With ``integral`` (zero point added after rounding) every value must be an
+    integer within the format's range; otherwise any finite float is allowed.
+    """
+    if zero_point is None:
+        return None
+    raw = _as_float_param("zero_point", zero_point)
+    z = param_grid("zero_point", raw, layout)
+    _first_bad("zero_point", raw, ~np.isfinite(raw), "finite")
+    if integral:
+        _first_bad("zero_point", raw, raw != np.rint(raw),
+                   "integers when added after rounding (zero_point_order='after_rounding')")
+        _first_bad("zero_point", raw, (raw < fmt.qmin) | (raw > fmt.qmax),
+                   f"within the {fmt.name} range [{fmt.qmin}, {fmt.qmax}]")
+    return np.ascontiguousarray(z) if z.any() else None
+
+
+def _int_or_none(name: str, value):
+    if value is None:
+        return None
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return int(value)
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}={value!r} must be an integer") from None
+
+
+def check_quant_range(fmt: QuantFormat, quant_min, quant_max) -> tuple[int, int]:
+    """Return ``(qmin, qmax)``: the format's range unless overridden inside it."""
+    lo = _int_or_none("quant_min", quant_min)
+    hi = _int_or_none("quant_max", quant_max)
+    lo = fmt.qmin if lo is None else lo
+    hi = fmt.qmax if hi is None else hi
+    for arg, v in (("quant_min", lo), ("quant_max", hi)):
+        if not fmt.qmin <= v <= fmt.qmax:
+            raise ValueError(f"{arg}={v} is outside the {fmt.name} range; use {fmt.qmin} <= {arg} <= {fmt.qmax}")
+    if lo > hi:
+        raise ValueError(f"quant_min={lo} is greater than quant_max={hi}; quant_min must be <= quant_max")
+    return lo, hi
+
+
+def check_out(out, shape: tuple[int, ...], dtype: np.dtype, inputs=()) -> np.ndarray:
+    """Check a user ``out=`` array: exact shape and dtype, C-contiguous, writeable, not overlapping inputs."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+    if out.shape != shape or out.dtype != dtype:
+        raise ValueError(f"out has shape {out.shape} and dtype {out.dtype}; this call needs shape {shape} "
+                         f"and dtype {np.dtype(dtype)}")
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("out must be a writeable C-contiguous array; allocate it with numpy.empty(shape, dtype)")
+    for a in inputs:
+        if np.may_share_memory(out, a):
+            raise ValueError("out shares memory with an input; nbquant never modifies its inputs, "
+                             "so pass a separate array")
+    return out
+
+
+def check_choice(name: str, value, allowed: tuple[str, ...]) -> str:
+    """Check a string option against its allowed values."""
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not allowed; use one of {list(allowed)}")
+    return value
