@@ -1,0 +1,727 @@
+"""Side-by-side ratio benchmark: nbquant against the roofline, NumPy and installed peers.
+
+Run ``python -m nbquant.bench [--sizes 2^24,2^26] [--repeats 15] [--cases int8,int4]``.
+For every case and size, nbquant, the roofline cast and each peer are called in one
+process, interleaved (the order rotates every repeat), and the median of the repeats
+is reported with the effective bandwidth (bytes read + bytes written per call):
+
+* ``%roof`` is ``t_roofline / t``: the share of a numba ``parallel=True`` cast of the
+  same shapes and dtypes into a preallocated buffer (float32 -> int8, float32 ->
+  packed uint8, int8 -> float32; ``--device cuda``: a device-to-device copy of the
+  same bytes);
+* ``nbq x`` is ``t / t_nbquant``: how many times faster nbquant is than that row.
+
+Peers are imported lazily and skipped silently when absent: NumPy always; torch
+(``torch.quantize_per_*``, ``quantized_decomposed``, ``Tensor.dequantize``),
+torchao (``quantize_affine`` / ``dequantize_affine``) and onnxruntime
+(``QuantizeLinear`` / ``DequantizeLinear``) when installed. nbquant never needs them.
+
+``OMP_WAIT_POLICY=PASSIVE`` is set here, before numba or torch load an OpenMP
+runtime: with spinning waiters, two OpenMP pools in one process stall each other.
+
+New cases (per-row dynamic, fp8, MXFP4, NVFP4, ...) are added by appending a
+:class:`Case` to :data:`CASES`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+import nbquant
+
+
+def _openmp_loaded() -> bool:
+    """Whether an OpenMP runtime may already be loaded (numba's pool started, or torch imported)."""
+    par = sys.modules.get("numba.np.ufunc.parallel")
+    return bool(getattr(par, "_is_initialized", False)) or "torch" in sys.modules
+
+
+# Read by libgomp when it loads: numba loads it at the first parallel call, torch on import.
+_OPENMP_PRELOADED = _openmp_loaded()
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+__all__ = ["Case", "Peer", "CASES", "main", "run_case", "parse_sizes"]
+
+#: Columns of the 2-D benchmark arrays (rows = size // COLUMNS).
+COLUMNS = 4096
+INT8 = (-128, 127)
+INT4 = (-8, 7)
+
+Bench = Callable[[], object]
+
+
+# --------------------------------------------------------------------------- problems
+
+
+def _shape(n: int) -> tuple[int, int]:
+    """A 2-D shape of ``n`` elements with rows of :data:`COLUMNS` (fewer for tiny sizes)."""
+    cols = min(COLUMNS, n)
+    return n // cols, cols
+
+
+def _absmax_scale(x: np.ndarray, block: tuple[int, int], qmax: int) -> np.ndarray:
+    """Symmetric scales ``absmax / qmax`` over blocks of ``x``, shaped as the block grid."""
+    r, c = x.shape
+    br, bc = block
+    a = np.abs(x).reshape(r // br, br, c // bc, bc).max(axis=(1, 3))
+    return np.maximum(a / np.float32(qmax), np.float32(1e-8)).astype(np.float32)
+
+
+@dataclass
+class Problem:
+    """The arrays of one case at one size.
+
+    Attributes
+    ----------
+    src : numpy.ndarray
+        The array the operation reads (float32 input or codes).
+    out : numpy.ndarray
+        A preallocated result (used by ``out=`` variants and the roofline).
+    scale : numpy.ndarray
+        Block-grid float32 scales.
+    block : tuple of int
+        The block of one scale, ``(rows, columns)``.
+    qrange : tuple of int
+        ``(qmin, qmax)`` of the format.
+    kwargs : dict
+        Keyword arguments for nbquant (``axis``, ``block_size``, ``packed``, ``dtype``).
+    codes : numpy.ndarray
+        Unpacked int8 codes (for peers that dequantize unpacked codes).
+    """
+
+    src: np.ndarray
+    out: np.ndarray
+    scale: np.ndarray
+    block: tuple[int, int]
+    qrange: tuple[int, int]
+    kwargs: dict
+    codes: np.ndarray | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes read plus bytes written by one call (scales excluded)."""
+        return self.src.nbytes + self.out.nbytes
+
+
+def _block(shape: tuple[int, int], granularity: str) -> tuple[tuple[int, int], dict]:
+    """The scale block and nbquant layout keywords of ``"tensor"``, ``"axis0"``, ``"axis1"`` or ``"gN"``."""
+    r, c = shape
+    if granularity == "tensor":
+        return (r, c), {}
+    if granularity == "axis0":
+        return (1, c), {"axis": 0}
+    if granularity == "axis1":
+        return (r, 1), {"axis": 1}
+    g = min(int(granularity[1:]), c)
+    return (1, g), {"block_size": (1, g)}
+
+
+def quantize_problem(n: int, rng: np.random.Generator, dtype: str, granularity: str,
+                     packed: bool = False) -> Problem:
+    """A float32 input with absmax scales, for a static quantize case."""
+    shape = _shape(n)
+    x = rng.standard_normal(shape, dtype=np.float32)
+    qrange = INT4 if dtype == "int4" else INT8
+    block, kwargs = _block(shape, granularity)
+    scale = _absmax_scale(x, block, qrange[1])
+    kwargs = {**kwargs, "dtype": dtype, "packed": packed}
+    codes = nbquant.quantize(x, scale, dtype, **{k: v for k, v in kwargs.items() if k != "dtype"})
+    return Problem(x, np.empty_like(codes), scale, block, qrange, kwargs)
+
+
+def dequantize_problem(n: int, rng: np.random.Generator, dtype: str, granularity: str,
+                       packed: bool = False) -> Problem:
+    """Codes (packed or not) of a random input, for a dequantize case."""
+    p = quantize_problem(n, rng, dtype, granularity, packed)
+    layout = {k: v for k, v in p.kwargs.items() if k not in ("dtype", "packed")}
+    q = nbquant.quantize(p.src, p.scale, dtype, packed=packed, **layout)
+    codes = nbquant.quantize(p.src, p.scale, dtype, **layout).astype(np.int8)
+    return Problem(q, np.empty(p.src.shape, np.float32), p.scale, p.block, p.qrange, p.kwargs, codes)
+
+
+# --------------------------------------------------------------------------- nbquant calls
+
+
+def _layout_kwargs(p: Problem) -> dict:
+    return {k: v for k, v in p.kwargs.items() if k in ("axis", "block_size")}
+
+
+def nbq_quantize(p: Problem, out: bool = False, backend: str | None = None) -> Bench:
+    """``nbquant.quantize`` of the problem (into ``p.out`` when ``out``)."""
+    kw = dict(_layout_kwargs(p), packed=p.kwargs["packed"], backend=backend)
+    if out:
+        kw["out"] = p.out
+    src, scale, dtype = p.src, p.scale, p.kwargs["dtype"]
+    return lambda: nbquant.quantize(src, scale, dtype, **kw)
+
+
+def nbq_dequantize(p: Problem, out: bool = False, backend: str | None = None) -> Bench:
+    """``nbquant.dequantize`` of the problem (into ``p.out`` when ``out``)."""
+    kw = dict(_layout_kwargs(p), backend=backend)
+    if p.kwargs["packed"]:
+        kw["dtype"] = p.kwargs["dtype"]
+    if out:
+        kw["out"] = p.out
+    src, scale = p.src, p.scale
+    return lambda: nbquant.dequantize(src, scale, **kw)
+
+
+# --------------------------------------------------------------------------- peers
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One competitor: a label, the modules it needs, and a factory of the timed call.
+
+    ``make(problem)`` returns the zero-argument callable to time; it may raise to
+    say the peer cannot do this case, which skips the row.
+    """
+
+    label: str
+    make: Callable[[Problem], Bench]
+    needs: tuple[str, ...] = ()
+
+    def available(self) -> bool:
+        """Whether every module in ``needs`` is importable."""
+        return all(importlib.util.find_spec(m) is not None for m in self.needs)
+
+
+def _np_expand(p: Problem) -> np.ndarray:
+    """Scales broadcastable against the (rows, groups, group) view of the input."""
+    r, c = p.out.shape if p.codes is not None else p.src.shape
+    br, bc = p.block
+    return p.scale.reshape(r // br, 1, c // bc, 1) if br > 1 else p.scale.reshape(r, c // bc, 1)
+
+
+def _np_view(a: np.ndarray, p: Problem) -> np.ndarray:
+    r, c = a.shape
+    br, bc = p.block
+    return a.reshape(r // br, br, c // bc, bc) if br > 1 else a.reshape(r, c // bc, bc)
+
+
+def _np_pack(q: np.ndarray) -> np.ndarray:
+    u = q.view(np.uint8)
+    return (u[:, 0::2] & np.uint8(15)) | (u[:, 1::2] << np.uint8(4))
+
+
+def numpy_quantize(p: Problem) -> Bench:
+    """``clip(rint(x / s))`` in NumPy, packed with shifts for int4."""
+    x, s, (lo, hi), packed = p.src, _np_expand(p), p.qrange, p.kwargs["packed"]
+
+    def run():
+        q = np.clip(np.rint(_np_view(x, p) / s), lo, hi).astype(np.int8).reshape(x.shape)
+        return _np_pack(q) if packed else q
+
+    return run
+
+
+def numpy_quantize_out(p: Problem) -> Bench:
+    """As :func:`numpy_quantize`, storing into the preallocated output."""
+    run, out = numpy_quantize(p), p.out
+    return lambda: np.copyto(out, run(), casting="unsafe")
+
+
+def _np_unpack(q: np.ndarray) -> np.ndarray:
+    lo = (q << np.uint8(4)).view(np.int8) >> np.int8(4)
+    hi = q.view(np.int8) >> np.int8(4)
+    return np.stack([lo, hi], axis=-1).reshape(q.shape[0], -1)
+
+
+def numpy_dequantize(p: Problem) -> Bench:
+    """``codes * s`` in NumPy (unpacking int4 first)."""
+    q, s, packed, shape = p.src, _np_expand(p), p.kwargs["packed"], p.out.shape
+
+    def run():
+        codes = _np_unpack(q) if packed else q
+        return np.multiply(_np_view(codes, p), s, dtype=np.float32).reshape(shape)
+
+    return run
+
+
+def numpy_dequantize_out(p: Problem) -> Bench:
+    """As :func:`numpy_dequantize`, with ``out=`` (int8 only)."""
+    if p.kwargs["packed"]:
+        raise NotImplementedError("NumPy has no packed dequantize into out=")
+    q, s, out = p.src, _np_expand(p), p.out
+    return lambda: np.multiply(_np_view(q, p), s, out=_np_view(out, p), dtype=np.float32)
+
+
+def _torch():
+    return importlib.import_module("torch")
+
+
+def _torch_scale(p: Problem):
+    """(scale, zero point) tensors of the squeezed grid shape, as torchao expects."""
+    torch = _torch()
+    s = torch.from_numpy(np.ascontiguousarray(p.scale.squeeze()))
+    return s, torch.zeros(s.shape, dtype=torch.int32)
+
+
+def _per_channel_axis(p: Problem) -> int:
+    if p.kwargs.get("axis") is None or "block_size" in p.kwargs:
+        raise NotImplementedError("not a per-channel case")
+    return p.kwargs["axis"]
+
+
+def torch_quantize_per_tensor(p: Problem) -> Bench:
+    """``torch.quantize_per_tensor`` (fbgemm, fused)."""
+    torch = _torch()
+    if p.scale.size != 1 or p.kwargs["dtype"] != "int8":
+        raise NotImplementedError
+    x, s = torch.from_numpy(p.src), float(p.scale.item())
+    return lambda: torch.quantize_per_tensor(x, s, 0, torch.qint8)
+
+
+def torch_quantize_per_channel(p: Problem) -> Bench:
+    """``torch.quantize_per_channel``."""
+    torch = _torch()
+    axis = _per_channel_axis(p)
+    x, (s, zp) = torch.from_numpy(p.src), _torch_scale(p)
+    s = s.double()
+    zp = zp.long()
+    return lambda: torch.quantize_per_channel(x, s, zp, axis, torch.qint8)
+
+
+def _decomposed():
+    torch = _torch()
+    importlib.import_module("torch.ao.quantization.fx._decomposed")
+    return torch, torch.ops.quantized_decomposed
+
+
+def torch_decomposed_quantize(p: Problem) -> Bench:
+    """``torch.ops.quantized_decomposed.quantize_per_tensor`` / ``quantize_per_channel``."""
+    torch, ops = _decomposed()
+    x, (lo, hi) = torch.from_numpy(p.src), p.qrange
+    if p.kwargs["dtype"] != "int8":
+        raise NotImplementedError
+    if p.scale.size == 1:
+        s = float(p.scale.item())
+        return lambda: ops.quantize_per_tensor(x, s, 0, lo, hi, torch.int8)
+    axis = _per_channel_axis(p)
+    s, zp = _torch_scale(p)
+    return lambda: ops.quantize_per_channel(x, s, zp, axis, lo, hi, torch.int8)
+
+
+def _torchao_primitives():
+    return importlib.import_module("torchao.quantization.quant_primitives")
+
+
+def torchao_quantize(p: Problem) -> Bench:
+    """``torchao quantize_affine`` (int8 storage; int4 codes are left unpacked)."""
+    prim, torch = _torchao_primitives(), _torch()
+    x, (s, zp), (lo, hi) = torch.from_numpy(p.src), _torch_scale(p), p.qrange
+    return lambda: prim.quantize_affine(x, p.block, s, zp, torch.int8, lo, hi)
+
+
+def torch_dequantize(p: Problem) -> Bench:
+    """``Tensor.dequantize`` of a per-tensor or per-channel quantized tensor."""
+    torch = _torch()
+    if p.kwargs["packed"]:
+        raise NotImplementedError
+    x = torch.from_numpy(p.src.astype(np.float32) * p.scale.reshape(_grid_shape(p)))
+    maker = torch_quantize_per_tensor if p.scale.size == 1 else torch_quantize_per_channel
+    qt = maker(Problem(x.numpy(), p.out, p.scale, p.block, p.qrange, p.kwargs))()
+    return qt.dequantize
+
+
+def _grid_shape(p: Problem) -> tuple[int, int]:
+    r, c = p.out.shape
+    return (r // p.block[0], 1 if p.block[1] == c else c // p.block[1])
+
+
+def torchao_dequantize(p: Problem) -> Bench:
+    """``torchao dequantize_affine`` of int8 codes (int4 unpacked)."""
+    prim, torch = _torchao_primitives(), _torch()
+    q = torch.from_numpy(p.codes if p.codes is not None else p.src)
+    (s, zp), (lo, hi) = _torch_scale(p), p.qrange
+    return lambda: prim.dequantize_affine(q, p.block, s, zp, torch.int8, lo, hi)
+
+
+def _ort_session(p: Problem, op: str, src: np.ndarray):
+    onnx, ort = importlib.import_module("onnx"), importlib.import_module("onnxruntime")
+    helper, tp = onnx.helper, onnx.TensorProto
+    if p.kwargs["dtype"] != "int8" or "block_size" in p.kwargs:
+        raise NotImplementedError("only int8 per-tensor / per-axis")
+    scale = p.scale.reshape(-1) if p.scale.size > 1 else p.scale.reshape(())
+    init = [helper.make_tensor("s", tp.FLOAT, scale.shape, scale.ravel()),
+            helper.make_tensor("z", tp.INT8, scale.shape, np.zeros(scale.size, np.int8))]
+    attrs = {"axis": p.kwargs["axis"]} if p.scale.size > 1 else {}
+    in_t, out_t = (tp.FLOAT, tp.INT8) if op == "QuantizeLinear" else (tp.INT8, tp.FLOAT)
+    graph = helper.make_graph([helper.make_node(op, ["x", "s", "z"], ["y"], **attrs)], "g",
+                              [helper.make_tensor_value_info("x", in_t, src.shape)],
+                              [helper.make_tensor_value_info("y", out_t, src.shape)], init)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return lambda: sess.run(None, {"x": src})
+
+
+def ort_quantize(p: Problem) -> Bench:
+    """onnxruntime ``QuantizeLinear`` (int8, per-tensor or per-axis)."""
+    return _ort_session(p, "QuantizeLinear", p.src)
+
+
+def ort_dequantize(p: Problem) -> Bench:
+    """onnxruntime ``DequantizeLinear`` (int8, per-tensor or per-axis)."""
+    return _ort_session(p, "DequantizeLinear", p.src)
+
+
+QUANTIZE_PEERS = (
+    Peer("numpy", numpy_quantize),
+    Peer("torch.quantize_per_tensor", torch_quantize_per_tensor, ("torch",)),
+    Peer("torch.quantize_per_channel", torch_quantize_per_channel, ("torch",)),
+    Peer("torch quantized_decomposed", torch_decomposed_quantize, ("torch",)),
+    Peer("torchao quantize_affine", torchao_quantize, ("torch", "torchao")),
+    Peer("onnxruntime QuantizeLinear", ort_quantize, ("onnx", "onnxruntime")),
+)
+DEQUANTIZE_PEERS = (
+    Peer("numpy", numpy_dequantize),
+    Peer("torch Tensor.dequantize", torch_dequantize, ("torch",)),
+    Peer("torchao dequantize_affine", torchao_dequantize, ("torch", "torchao")),
+    Peer("onnxruntime DequantizeLinear", ort_dequantize, ("onnx", "onnxruntime")),
+)
+
+
+# --------------------------------------------------------------------------- cases
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row group of the table.
+
+    Attributes
+    ----------
+    name : str
+        Label; ``--cases`` selects by substring.
+    setup : callable
+        ``setup(n, rng) -> Problem``.
+    nbquant : callable
+        ``nbquant(problem, backend) -> timed callable``.
+    peers : tuple of Peer
+        Competitors on the CPU.
+    """
+
+    name: str
+    setup: Callable[[int, np.random.Generator], Problem]
+    nbquant: Callable[[Problem, str | None], Bench]
+    peers: tuple[Peer, ...] = field(default=())
+
+
+def _q(dtype: str, gran: str, packed: bool = False, out: bool = False, peers=QUANTIZE_PEERS) -> tuple:
+    def setup(n, rng):
+        return quantize_problem(n, rng, dtype, gran, packed)
+
+    def call(p, backend):
+        return nbq_quantize(p, out, backend)
+
+    return setup, call, peers
+
+
+def _dq(dtype: str, gran: str, packed: bool = False, out: bool = False, peers=DEQUANTIZE_PEERS) -> tuple:
+    def setup(n, rng):
+        return dequantize_problem(n, rng, dtype, gran, packed)
+
+    def call(p, backend):
+        return nbq_dequantize(p, out, backend)
+
+    return setup, call, peers
+
+
+_NP_Q_OUT = (Peer("numpy (copyto out)", numpy_quantize_out),)
+_NP_DQ_OUT = (Peer("numpy (out=)", numpy_dequantize_out),)
+
+#: The benchmark table; append a Case to add one (dynamic, fp8, MX formats, ...).
+CASES: list[Case] = [
+    Case("q int8 per-tensor", *_q("int8", "tensor")),
+    Case("q int8 per-tensor out=", *_q("int8", "tensor", out=True, peers=_NP_Q_OUT)),
+    Case("q int8 per-channel axis0", *_q("int8", "axis0")),
+    Case("q int8 per-channel axis1", *_q("int8", "axis1")),
+    Case("q int4 g32 packed", *_q("int4", "g32", packed=True)),
+    Case("q int4 g128 packed", *_q("int4", "g128", packed=True)),
+    Case("q int4 g32 packed out=", *_q("int4", "g32", packed=True, out=True, peers=_NP_Q_OUT)),
+    Case("dq int8 per-tensor", *_dq("int8", "tensor")),
+    Case("dq int8 per-tensor out=", *_dq("int8", "tensor", out=True, peers=_NP_DQ_OUT)),
+    Case("dq int8 per-channel axis0", *_dq("int8", "axis0")),
+    Case("dq int4 g32 packed", *_dq("int4", "g32", packed=True)),
+]
+
+
+# --------------------------------------------------------------------------- roofline
+
+
+def _roof_kernels():
+    """Numba parallel casts of 2-D arrays (same shape, 2:1 packing, 1:2 unpacking)."""
+    from numba import njit, prange
+
+    @njit(parallel=True, cache=False)
+    def cast(src, out):
+        for r in prange(src.shape[0]):
+            s, o = src[r], out[r]
+            for c in range(s.size):
+                o[c] = s[c]
+
+    @njit(parallel=True, cache=False)
+    def pack2(src, out):
+        for r in prange(src.shape[0]):
+            s, o = src[r], out[r]
+            for j in range(o.size):
+                o[j] = (np.int32(s[2 * j]) & 15) | (np.int32(s[2 * j + 1]) << 4)
+
+    @njit(parallel=True, cache=False)
+    def unpack2(src, out):
+        for r in prange(src.shape[0]):
+            s, o = src[r], out[r]
+            for j in range(s.size):
+                o[2 * j] = np.float32(s[j] & 15)
+                o[2 * j + 1] = np.float32(s[j] >> 4)
+
+    return cast, pack2, unpack2
+
+
+_ROOF = []
+
+
+def cpu_roofline(p: Problem) -> Bench:
+    """A numba parallel cast from ``p.src`` into ``p.out`` (same bytes as the case)."""
+    if not _ROOF:
+        _ROOF.extend(_roof_kernels())
+    cast, pack2, unpack2 = _ROOF
+    src, out = p.src, p.out
+    if src.shape == out.shape:
+        kernel = cast
+    else:
+        kernel = pack2 if src.shape[1] > out.shape[1] else unpack2
+    return lambda: kernel(src, out)
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def interleaved(calls: dict[str, Bench], repeats: int, sync: Callable[[], None] = lambda: None) -> dict[str, list]:
+    """Time each callable ``repeats`` times, interleaved, after two warm-up calls each.
+
+    The order rotates every repeat so no contender always follows the same one.
+    """
+    for fn in calls.values():
+        fn()
+        fn()
+    sync()
+    labels = list(calls)
+    times: dict[str, list[float]] = {k: [] for k in labels}
+    for rep in range(repeats):
+        k = rep % len(labels)
+        for label in labels[k:] + labels[:k]:
+            fn = calls[label]
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times[label].append(time.perf_counter() - t0)
+    return times
+
+
+@dataclass
+class Row:
+    """One line of the printed table."""
+
+    case: str
+    n: int
+    impl: str
+    median: float
+    best: float
+    gbps: float
+    roof: float
+    speedup: float
+
+
+def _rows(case: str, n: int, nbytes: int, times: dict[str, list]) -> list[Row]:
+    med = {k: statistics.median(v) for k, v in times.items()}
+    t_nbq, t_roof = med["nbquant"], med["roofline"]
+    return [Row(case, n, k, med[k], min(v), nbytes / med[k] / 1e9, t_roof / med[k], med[k] / t_nbq)
+            for k, v in times.items()]
+
+
+def _peer_calls(case: Case, p: Problem) -> dict[str, Bench]:
+    calls = {}
+    for peer in case.peers:
+        if not peer.available():
+            continue
+        try:
+            calls[peer.label] = peer.make(p)
+            calls[peer.label]()
+        except Exception:  # noqa: BLE001 - a peer that cannot do this case is skipped
+            calls.pop(peer.label, None)
+    return calls
+
+
+def run_case(case: Case, n: int, repeats: int, seed: int = 0) -> list[Row]:
+    """Time nbquant, the roofline and every available peer on ``case`` at ``n`` elements (CPU)."""
+    p = case.setup(n, np.random.default_rng(seed))
+    calls = {"nbquant": case.nbquant(p, None), "roofline": cpu_roofline(p), **_peer_calls(case, p)}
+    return _rows(case.name, n, p.nbytes, interleaved(calls, repeats))
+
+
+# --------------------------------------------------------------------------- cuda
+
+
+def cuda_unavailable_reason() -> str:
+    """Empty when nbquant's cuda backend can run, else why not."""
+    info = {b.name: b for b in nbquant.backends()}
+    if "cuda" not in info:
+        return "nbquant has no cuda backend yet"
+    return "" if info["cuda"].available else info["cuda"].reason
+
+
+def _to_device(p: Problem) -> Problem:
+    from numba import cuda
+
+    dev = [cuda.to_device(a) for a in (p.src, p.out)]
+    return Problem(dev[0], dev[1], p.scale, p.block, p.qrange, p.kwargs, p.codes)
+
+
+def cuda_roofline(p: Problem, dev: Problem) -> Bench:
+    """A device-to-device copy moving the case's bytes (``nbytes / 2`` read and written)."""
+    from numba import cuda
+
+    half = max(p.nbytes // 2, 1)
+    a = cuda.device_array(half, np.uint8)
+    b = cuda.device_array(half, np.uint8)
+    return lambda: b.copy_to_device(a)
+
+
+def run_case_cuda(case: Case, n: int, repeats: int, seed: int = 0) -> list[Row]:
+    """Time nbquant's cuda backend on device arrays against a device copy of the same bytes."""
+    from numba import cuda
+
+    p = case.setup(n, np.random.default_rng(seed))
+    dev = _to_device(p)
+    calls = {"nbquant": case.nbquant(dev, "cuda"), "roofline": cuda_roofline(p, dev)}
+    return _rows(case.name, n, p.nbytes, interleaved(calls, repeats, cuda.synchronize))
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).parent, timeout=5)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def machine_info() -> list[str]:
+    """Lines describing the machine and the software (call after the first parallel call)."""
+    import numba
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        layer = numba.threading_layer()
+    except ValueError:
+        layer = "not initialised"
+    peers = [f"{m} {importlib.import_module(m).__version__}" for m in ("torch", "torchao", "onnxruntime")
+             if m in sys.modules]
+    return [
+        f"machine: {cores} usable cores ({os.cpu_count()} online), {_cpu_model()}, {platform.platform()}",
+        f"python {platform.python_version()}, numpy {np.__version__}, numba {numba.__version__} "
+        f"(threading layer {layer}, {numba.get_num_threads()} threads), nbquant {nbquant.__version__} "
+        f"(git {_git_commit()})",
+        f"peers: {', '.join(peers) or 'none installed'}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}"
+        + (" (an OpenMP runtime was loaded before nbquant.bench: it may not apply)" if _OPENMP_PRELOADED else ""),
+    ]
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    """The result table as fixed-width text."""
+    head = f"{'case':<28} {'n':>9} {'impl':<30} {'median ms':>10} {'best ms':>9} {'GB/s':>7} {'%roof':>6} {'nbq x':>7}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r.case:<28} {_pow2(r.n):>9} {r.impl:<30} {r.median * 1e3:>10.3f} {r.best * 1e3:>9.3f} "
+                     f"{r.gbps:>7.1f} {r.roof:>6.0%} {r.speedup:>7.2f}")
+    return "\n".join(lines)
+
+
+def _pow2(n: int) -> str:
+    return f"2^{n.bit_length() - 1}" if n & (n - 1) == 0 else str(n)
+
+
+def parse_sizes(text: str) -> list[int]:
+    """Parse ``"2^20,2^24"``, ``"2**20"`` or ``"1048576"`` into element counts.
+
+    Examples
+    --------
+    >>> parse_sizes("2^10,2**12,4096")
+    [1024, 4096, 4096]
+    """
+    sizes = []
+    for tok in filter(None, (t.strip() for t in text.split(","))):
+        base, _, exp = tok.replace("**", "^").partition("^")
+        sizes.append(int(base) ** int(exp) if exp else int(base))
+    return sizes
+
+
+def select_cases(patterns: str | None) -> list[Case]:
+    """Cases whose name contains any comma-separated pattern (all when ``None``)."""
+    if not patterns:
+        return list(CASES)
+    pats = [s.strip() for s in patterns.split(",") if s.strip()]
+    return [c for c in CASES if any(s in c.name for s in pats)]
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m nbquant.bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="2^24,2^26", help="element counts, e.g. 2^20,2^24 (default 2^24,2^26)")
+    ap.add_argument("--repeats", type=int, default=15, help="timed calls per contender (median reported)")
+    ap.add_argument("--cases", default=None, help="comma-separated substrings of case names (default: all)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (default) or cuda")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark and print the table; returns the exit status."""
+    args = _parser().parse_args(argv)
+    warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*deprecated")
+    cases, sizes = select_cases(args.cases), parse_sizes(args.sizes)
+    if args.device == "cuda" and (reason := cuda_unavailable_reason()):
+        print(f"cuda benchmark skipped: {reason}")
+        return 0
+    runner = run_case_cuda if args.device == "cuda" else run_case
+    rows: list[Row] = []
+    for n in sizes:
+        for case in cases:
+            try:
+                rows.extend(runner(case, n, args.repeats))
+            except Exception as exc:  # noqa: BLE001 - report and go on with the other cases
+                print(f"{case.name} at {_pow2(n)}: skipped ({type(exc).__name__}: {exc})")
+    print("\n".join(machine_info()))
+    print(f"device {args.device}; {args.repeats} interleaved repeats, medians; %roof = t_roofline / t; "
+          "nbq x = t / t_nbquant; GB/s = (bytes read + written) / median")
+    print(format_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
