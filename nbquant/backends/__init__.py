@@ -6,21 +6,25 @@ used, so ``import nbquant`` loads neither numba nor numba.cuda.
 
 Which backend runs a call, first match wins: the call's ``backend=``, the innermost
 ``with use_backend(...)``, :func:`set_backend`, the ``NBQUANT_BACKEND`` environment
-variable, then ``"auto"``. ``"auto"`` picks ``cuda`` for device arrays when a GPU is
-usable, else ``cpu``, else ``reference``; a backend named explicitly that cannot run
-raises :class:`BackendUnavailableError` saying why.
+variable, then ``"auto"``. ``"auto"`` picks ``cuda`` for CUDA device arrays (numba,
+``__cuda_array_interface__`` or CUDA DLPack), else ``cpu``, else ``reference``. A
+backend named explicitly that cannot run, or a device array when ``cuda`` cannot run
+or a host-only backend is named, raises :class:`BackendUnavailableError` saying why.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import importlib
 import importlib.util
 import os
 from collections.abc import Iterator
 from types import ModuleType
 from typing import NamedTuple
+
+import numpy as np
 
 __all__ = [
     "BackendInfo",
@@ -30,12 +34,15 @@ __all__ = [
     "get_backend",
     "use_backend",
     "resolve_backend",
+    "use_cuda_stream",
+    "is_device_array",
 ]
 
 AUTO = "auto"
 _MODULES = {
     "reference": "nbquant.backends.reference",
     "cpu": "nbquant.backends.cpu",
+    "cuda": "nbquant.backends._cuda",
 }
 
 
@@ -54,7 +61,31 @@ class BackendInfo(NamedTuple):
 def _unavailable_reason(name: str) -> str:
     if name == "cpu" and importlib.util.find_spec("numba") is None:
         return "numba is not installed; pip install 'numba>=0.68.1,<0.69'"
+    if name == "cuda":
+        return _cuda_unavailable_reason()
     return ""
+
+
+@functools.cache
+def _cuda_unavailable_reason() -> str:
+    """Why the cuda backend cannot run ("" when it can); probed once, imports numba.cuda only here."""
+    if importlib.util.find_spec("numba") is None:
+        return "numba is not installed; pip install 'nbquant[cuda]'"
+    if importlib.util.find_spec("numba_cuda") is None:
+        return "numba-cuda is not installed; pip install 'nbquant[cuda]' (or numba-cuda[cu13] for the CUDA libraries)"
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
+        return ""  # the CUDA simulator (NUMBA_ENABLE_CUDASIM=1) runs kernels without a GPU
+    try:
+        from numba import cuda
+
+        if cuda.is_available():
+            return ""
+        from numba.cuda.cudadrv.driver import driver
+
+        detail = " ".join(str(driver.initialization_error or "").split())
+    except Exception as exc:  # a broken CUDA install must not break backends()
+        detail = f"{type(exc).__name__}: {exc}"
+    return "no CUDA driver or GPU found" + (f" ({detail})" if detail else "")
 
 
 def backends() -> list[BackendInfo]:
@@ -64,7 +95,7 @@ def backends() -> list[BackendInfo]:
     --------
     >>> import nbquant
     >>> [b.name for b in nbquant.backends()]
-    ['reference', 'cpu']
+    ['reference', 'cpu', 'cuda']
     """
     return [BackendInfo(n, not (r := _unavailable_reason(n)), r or "available") for n in _MODULES]
 
@@ -117,8 +148,79 @@ def use_backend(name: str) -> Iterator[None]:
         _context.reset(token)
 
 
+_cuda_stream: contextvars.ContextVar[object | None] = contextvars.ContextVar("nbquant_cuda_stream", default=None)
+
+
+@contextlib.contextmanager
+def use_cuda_stream(stream) -> Iterator[None]:
+    """Queue the ``cuda`` backend's copies and kernels on ``stream`` inside the ``with`` block.
+
+    ``stream`` is a ``numba.cuda`` stream, a CuPy or PyTorch stream, or a raw
+    ``cudaStream_t`` handle (int). Without it the CUDA default stream is used.
+
+    Examples
+    --------
+    >>> import nbquant
+    >>> with nbquant.backends.use_cuda_stream(None):
+    ...     pass
+    """
+    token = _cuda_stream.set(stream)
+    try:
+        yield
+    finally:
+        _cuda_stream.reset(token)
+
+
+def is_device_array(a) -> bool:
+    """Whether ``a`` is a CUDA array: a numba device array, ``__cuda_array_interface__`` or CUDA DLPack.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> is_device_array(np.zeros(3))
+    False
+    """
+    if a is None or isinstance(a, np.ndarray):
+        return False
+    if getattr(a, "__cuda_ndarray__", False) or hasattr(a, "__cuda_array_interface__"):
+        return True
+    device = getattr(a, "__dlpack_device__", None)
+    try:
+        return device is not None and int(device()[0]) in (2, 13)  # kDLCUDA, kDLCUDAManaged
+    except Exception:
+        return False
+
+
 def _is_device_array(a) -> bool:
-    return hasattr(a, "__cuda_array_interface__")
+    return is_device_array(a)
+
+
+def _cuda_module() -> ModuleType:
+    reason = _unavailable_reason("cuda")
+    if reason:
+        raise BackendUnavailableError(f"a CUDA device array was passed, but backend 'cuda' is not available: "
+                                      f"{reason}")
+    return importlib.import_module(_MODULES["cuda"])
+
+
+def device_float_input(x, name: str = "x"):
+    """Validate a CUDA float input and return a zero-copy numba device array (host arrays: checked NumPy)."""
+    if not is_device_array(x):
+        from ..validation import check_float_input
+
+        return check_float_input(x, name)
+    return _cuda_module().device_float_input(x, name)
+
+
+def device_code_input(q, name: str = "q"):
+    """Return a zero-copy numba device array of CUDA codes ``q`` (host arrays: C-contiguous NumPy)."""
+    return _cuda_module().device_code_input(q, name) if is_device_array(q) else np.ascontiguousarray(q)
+
+
+def device_result(out, shape: tuple[int, ...], dtype, inputs=()):
+    """A new device result array, or ``out`` checked as one (shape, dtype, contiguity, no overlap)."""
+    cuda = _cuda_module()
+    return cuda.device_empty(shape, dtype) if out is None else cuda.check_device_out(out, shape, dtype, inputs)
 
 
 def resolve_backend(name: str | None, arrays=()) -> ModuleType:
@@ -130,10 +232,14 @@ def resolve_backend(name: str | None, arrays=()) -> ModuleType:
         If ``name`` (or the selected backend) cannot run here.
     """
     name = _check_name(name, "backend") if name is not None else get_backend()
+    device = any(map(_is_device_array, arrays))
+    if device and name not in (AUTO, "cuda"):
+        raise BackendUnavailableError(f"backend {name!r} works on host (NumPy) arrays only, and a CUDA device array "
+                                      "was passed; use backend='cuda' or 'auto', or copy the array to the host")
+    if device:
+        return _cuda_module()
     if name == AUTO:
-        candidates = [n for n in ("cuda",) if n in _MODULES and any(map(_is_device_array, arrays))]
-        candidates += ["cpu", "reference"]
-        name = next(n for n in candidates if not _unavailable_reason(n))
+        name = next(n for n in ("cpu", "reference") if not _unavailable_reason(n))
     elif reason := _unavailable_reason(name):
         raise BackendUnavailableError(f"backend {name!r} is not available: {reason}")
     return importlib.import_module(_MODULES[name])
