@@ -7,7 +7,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from .backends import resolve_backend
+from .backends import device_code_input, device_float_input, device_result, is_device_array, resolve_backend
 from .element import SCALE_DIVIDE, SCALE_MULTIPLY
 from .formats import QuantFormat, get_format
 from .layout import resolve_layout
@@ -98,7 +98,10 @@ def quantize(
     out : numpy.ndarray, optional
         Preallocated result of the exact shape and dtype this call returns.
     backend : str, optional
-        ``"auto"``, ``"reference"`` or ``"cpu"``; default: the selected backend.
+        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+        CUDA device arrays (numba, CuPy, PyTorch: ``__cuda_array_interface__`` or
+        DLPack) are quantized on their own device by ``"cuda"``, zero-copy, and
+        the result (or ``out``) is a numba device array.
 
     Returns
     -------
@@ -120,7 +123,8 @@ def quantize(
     array([[226]], dtype=uint8)
     """
     fmt = get_format(dtype)
-    x = check_float_input(x)
+    device = is_device_array(x) or is_device_array(out)  # CUDA arrays stay on the device (cuda backend)
+    x = device_float_input(x) if device else check_float_input(x)
     layout = resolve_layout(x.shape, axis, block_size)
     op = check_choice("scale_op", scale_op, _SCALE_OPS)
     order = check_choice("zero_point_order", zero_point_order, _ZP_ORDERS)
@@ -132,13 +136,15 @@ def quantize(
     packed = _check_packed(packed, fmt, layout.shape[-1])
     shape = x.shape[:-1] + (x.shape[-1] // fmt.codes_per_byte,) if packed else x.shape
     out_dtype = np.dtype(np.uint8) if packed else fmt.dtype
-    if out is None:
+    if device:
+        result = device_result(out, shape, out_dtype, inputs=(x,))
+    elif out is None:
         result = np.empty(shape, out_dtype)
     else:
         result = check_out(out, shape, out_dtype, inputs=(x,))
     spec = QuantizeSpec(fmt, layout, qmin, qmax, SCALE_DIVIDE if op == "divide" else SCALE_MULTIPLY,
                         order == "before_rounding", packed)
-    impl = resolve_backend(backend, (x,))
+    impl = resolve_backend(backend, (x, result))
     if x.size:
         impl.quantize(x, s, zp, spec, result.view(np.uint8 if packed else fmt.storage))
     return result
@@ -200,7 +206,8 @@ def dequantize(
     >>> nbquant.dequantize(np.array([[226]], np.uint8), 0.5, dtype="int4")
     array([[ 1., -1.]], dtype=float32)
     """
-    q = np.ascontiguousarray(q)
+    device = is_device_array(q) or is_device_array(out)  # CUDA arrays stay on the device (cuda backend)
+    q = device_code_input(q)
     fmt, packed = _code_format(q, dtype)
     try:
         out_dt = np.dtype(out_dtype)
@@ -212,12 +219,14 @@ def dequantize(
     layout = resolve_layout(shape, axis, block_size)
     s = check_scale(scale, layout)
     zp = check_zero_point(zero_point, layout, fmt, integral=False)
-    if out is None:
+    if device:
+        result = device_result(out, shape, out_dt, inputs=(q,))
+    elif out is None:
         result = np.empty(shape, out_dt)
     else:
         result = check_out(out, shape, out_dt, inputs=(q,))
     spec = DequantizeSpec(fmt, layout, packed, out_dt)
-    impl = resolve_backend(backend, (q,))
+    impl = resolve_backend(backend, (q, result))
     if result.size:
         impl.dequantize(q.view(np.uint8 if packed else fmt.storage), s, zp, spec, result)
     return result
