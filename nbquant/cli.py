@@ -134,7 +134,8 @@ def _demo(args: argparse.Namespace) -> int:
           f"Student-t df={demo.T_DOF}, per-row magnitudes x0.1..x10, seed {args.seed})")
     print(f"backends: {', '.join(run) or 'none'}" + "".join(f"; skipped {n}: {why}" for n, why in skipped))
     print(f"time: quantize only; first call (includes JIT compile or cache load), then median of {args.repeats}; "
-          "GB/s = (input + scales + codes bytes) / median")
+          "GB/s = (input + scales + codes bytes) / median"
+          + ("; cuda times include copying the NumPy arrays to and from the GPU" if "cuda" in run else ""))
     print(HEADER, flush=True)
     mismatches = 0
     for row in demo.run_demo(backends=run, repeats=args.repeats, x=x):
@@ -168,7 +169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args = _build_parser().parse_args(argv)
     if args.command == "demo":
-        return _demo(args)
+        try:
+            return _demo(args)
+        except BrokenPipeError:  # e.g. `nbquant demo | head`: stop quietly, as other Unix tools do
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
     raise AssertionError(f"unhandled command {args.command!r}")  # argparse only accepts known commands
 
 
