@@ -32,7 +32,7 @@ def check_float_input(x, name: str = "x") -> np.ndarray:
     if arr.dtype not in FLOAT_INPUT_DTYPES:
         raise TypeError(f"{name} has dtype {arr.dtype}; nbquant quantizes {_NAMES} arrays. "
                         f"Convert it first, e.g. {name}.astype(numpy.float32)")
-    return np.ascontiguousarray(arr)
+    return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)  # ascontiguousarray makes 0-d 1-d
 
 
 def _as_float_param(name: str, value) -> np.ndarray:

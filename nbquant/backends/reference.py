@@ -38,6 +38,7 @@ def _pack(codes: np.ndarray, bits: int) -> np.ndarray:
     return np.bitwise_or.reduce(groups << shifts, axis=-1).astype(np.uint8)
 
 
+@np.errstate(over="ignore")  # x / s and float64 -> float32 may overflow to inf, which then clamps
 def quantize(x, scale, zero_point, spec, out) -> None:
     """Fill ``out`` (the format's unsigned storage, packed or not) with codes of ``x``."""
     fmt, layout = spec.format, spec.layout
@@ -52,6 +53,7 @@ def quantize(x, scale, zero_point, spec, out) -> None:
     out[...] = _pack(bits, fmt.bits) if spec.packed else bits
 
 
+@np.errstate(over="ignore")  # float16 results may overflow to inf
 def dequantize(q, scale, zero_point, spec, out) -> None:
     """Fill ``out`` with ``(code - zero_point) * scale`` in the output float dtype."""
     fmt, layout = spec.format, spec.layout
