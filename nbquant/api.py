@@ -8,10 +8,9 @@ import numpy as np
 import numpy.typing as npt
 
 from .backends import device_code_input, device_float_input, device_result, is_device_array, resolve_backend
-from .element import SCALE_DIVIDE, SCALE_MULTIPLY
 from .formats import QuantFormat, get_format
 from .layout import resolve_layout
-from .spec import DequantizeSpec, QuantizeSpec
+from .spec import SCALE_DIVIDE, SCALE_MULTIPLY, DequantizeSpec, QuantizeSpec
 from .validation import (
     FLOAT_OUTPUT_DTYPES,
     check_choice,

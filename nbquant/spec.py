@@ -9,7 +9,13 @@ import numpy as np
 from .formats import QuantFormat
 from .layout import BlockLayout
 
-__all__ = ["QuantizeSpec", "DequantizeSpec"]
+__all__ = ["QuantizeSpec", "DequantizeSpec", "SCALE_DIVIDE", "SCALE_MULTIPLY"]
+
+#: ``QuantizeSpec.scale_op`` codes; the same values as :data:`nbquant.element.SCALE_DIVIDE` and
+#: ``SCALE_MULTIPLY``, defined here too so that the API and the reference backend need not import
+#: :mod:`nbquant.element` (which imports numba).
+SCALE_DIVIDE = 0
+SCALE_MULTIPLY = 1
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..element import SCALE_MULTIPLY
 from ..layout import BlockLayout
+from ..spec import SCALE_MULTIPLY
 
 name = "reference"
 
