@@ -66,9 +66,35 @@ def quantize_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, mask,
             g += 1
 
 
+@njit(inline="always")
+def _quantize_bytes(xs, os, s, z, scale_op, zp_before, qmin, qmax, nbits):
+    """Pack the codes of ``xs`` (one scale block) into ``os``: 2 (4-bit) or 4 (2-bit) codes per byte.
+
+    The two widths are written out so each inner loop has a fixed shape and vectorizes.
+    """
+    mask = (1 << nbits) - 1
+    if nbits == 4:
+        for j in range(os.size):
+            c0 = code_bits(quantize_value(xs[2 * j], s, z, scale_op, zp_before, qmin, qmax), mask)
+            c1 = code_bits(quantize_value(xs[2 * j + 1], s, z, scale_op, zp_before, qmin, qmax), mask)
+            os[j] = c0 | (c1 << 4)
+    else:
+        for j in range(os.size):
+            c0 = code_bits(quantize_value(xs[4 * j], s, z, scale_op, zp_before, qmin, qmax), mask)
+            c1 = code_bits(quantize_value(xs[4 * j + 1], s, z, scale_op, zp_before, qmin, qmax), mask)
+            c2 = code_bits(quantize_value(xs[4 * j + 2], s, z, scale_op, zp_before, qmin, qmax), mask)
+            c3 = code_bits(quantize_value(xs[4 * j + 3], s, z, scale_op, zp_before, qmin, qmax), mask)
+            os[j] = c0 | (c1 << 2) | (c2 << 4) | (c3 << 6)
+
+
 @njit(**_KERNEL_OPTIONS)
 def quantize_packed_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, nbits, bp, br, bc, tile, out):
-    """Quantize ``x`` (P, R, C) into packed bytes ``out`` (P, R, C / k), first code in the low bits."""
+    """Quantize ``x`` (P, R, C) into packed bytes ``out`` (P, R, C / k), first code in the low bits.
+
+    Blocks that cover whole bytes (``bc % k == 0``, or one block per row) run
+    :func:`_quantize_bytes` per block; other block lengths walk the row with a
+    block counter.
+    """
     P, R, C = x.shape
     k = 8 // nbits
     mask = (1 << nbits) - 1
@@ -80,15 +106,9 @@ def quantize_packed_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax
         if aligned:
             while c < end:
                 stop = min((g + 1) * bc, end)
-                s = scale[sp, sr, g]
                 z = zp[sp, sr, g] if has_zp else np.float32(0)
                 xs, os = x[p, r, c:stop], out[p, r, c // k:stop // k]
-                for j in range(os.size):
-                    byte = 0
-                    for t in range(k):
-                        v = quantize_value(xs[j * k + t], s, z, scale_op, zp_before, qmin, qmax)
-                        byte |= code_bits(v, mask) << (t * nbits)
-                    os[j] = byte
+                _quantize_bytes(xs, os, scale[sp, sr, g], z, scale_op, zp_before, qmin, qmax, nbits)
                 c = stop
                 g += 1
             continue
@@ -134,15 +154,42 @@ def dequantize_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, lik
             g += 1
 
 
+@njit(inline="always")
+def _dequantize_bytes(qs, os, s, z, nbits, signed, like):
+    """Unpack and dequantize the bytes ``qs`` of one scale block into ``os`` (4-bit or 2-bit codes)."""
+    if nbits == 4:
+        for j in range(qs.size):
+            byte = qs[j]
+            os[2 * j] = store_float(dequantize_value(code_value(byte, 4, signed), s, z), like)
+            os[2 * j + 1] = store_float(dequantize_value(code_value(byte >> 4, 4, signed), s, z), like)
+    else:
+        for j in range(qs.size):
+            byte = qs[j]
+            os[4 * j] = store_float(dequantize_value(code_value(byte, 2, signed), s, z), like)
+            os[4 * j + 1] = store_float(dequantize_value(code_value(byte >> 2, 2, signed), s, z), like)
+            os[4 * j + 2] = store_float(dequantize_value(code_value(byte >> 4, 2, signed), s, z), like)
+            os[4 * j + 3] = store_float(dequantize_value(code_value(byte >> 6, 2, signed), s, z), like)
+
+
 @njit(**_KERNEL_OPTIONS)
 def dequantize_packed_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
-    """Dequantize packed bytes ``q`` (P, R, C / k) into ``out`` (P, R, C)."""
+    """Dequantize packed bytes ``q`` (P, R, C / k) into ``out`` (P, R, C); blocks as in the packed quantize."""
     P, R, C = out.shape
     k = 8 // nbits
+    aligned = bc % k == 0 or bc >= C
     ntiles = (C + tile - 1) // tile
     for unit in prange(P * R * ntiles):
         p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
         g = c // bc
+        if aligned:
+            while c < end:
+                stop = min((g + 1) * bc, end)
+                z = zp[sp, sr, g] if has_zp else np.float32(0)
+                qs, os = q[p, r, c // k:stop // k], out[p, r, c:stop]
+                _dequantize_bytes(qs, os, scale[sp, sr, g], z, nbits, signed, like)
+                c = stop
+                g += 1
+            continue
         left = (g + 1) * bc - c
         qs, os = q[p, r, c // k:end // k], out[p, r, c:end]
         for j in range(qs.size):
