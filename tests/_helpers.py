@@ -1,0 +1,48 @@
+"""Helpers shared by the test modules: bit-exact comparison and calls on two backends at once."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+import nbquant
+
+INT_FORMATS = ("int8", "uint8", "int16", "uint16", "int4", "uint4", "int2", "uint2")
+SUB_BYTE_FORMATS = ("int4", "uint4", "int2", "uint2")
+INPUT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float64))
+OUTPUT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def assert_same_bits(actual: np.ndarray, expected: np.ndarray) -> None:
+    """Assert equal type, dtype, shape and bytes (NaN payloads and the sign of zero included)."""
+    assert type(actual) is np.ndarray, type(actual)
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    a = np.ascontiguousarray(actual).reshape(-1).view(np.uint8)
+    e = np.ascontiguousarray(expected).reshape(-1).view(np.uint8)
+    if not np.array_equal(a, e):
+        bad = np.flatnonzero(a != e)[:8] // actual.dtype.itemsize
+        flat_a, flat_e = actual.reshape(-1), expected.reshape(-1)
+        raise AssertionError(f"bits differ at flat indices {bad.tolist()}: got {flat_a[bad]!r}, "
+                             f"reference {flat_e[bad]!r}")
+
+
+def quantize_both(backend: str, *args, **kwargs) -> np.ndarray:
+    """``nbquant.quantize`` on ``backend`` and on ``"reference"``; assert the same bits, return the result."""
+    ref = nbquant.quantize(*args, backend="reference", **kwargs)
+    got = nbquant.quantize(*args, backend=backend, **kwargs)
+    assert_same_bits(got, ref)
+    return got
+
+
+def dequantize_both(backend: str, *args, **kwargs) -> np.ndarray:
+    """``nbquant.dequantize`` on ``backend`` and on ``"reference"``; assert the same bits, return the result."""
+    ref = nbquant.dequantize(*args, backend="reference", **kwargs)
+    got = nbquant.dequantize(*args, backend=backend, **kwargs)
+    assert_same_bits(got, ref)
+    return got
+
+
+def ints(a: np.ndarray) -> list:
+    """Integer codes as a nested Python list (works for ml_dtypes sub-byte arrays)."""
+    return np.asarray(a).astype(np.int64).tolist()
