@@ -41,11 +41,16 @@ __all__ = [
     "dequantize_value",
     "code_bits",
     "code_value",
+    "f32_bits",
+    "bits_f32",
+    "encode_minifloat",
+    "decode_minifloat",
+    "encode_e8m0",
+    "decode_e8m0",
+    "quantize_float_value",
 ]
 
-#: ``scale_op`` codes understood by :func:`quantize_value`.
-SCALE_DIVIDE = 0
-SCALE_MULTIPLY = 1
+from .spec import SCALE_DIVIDE, SCALE_MULTIPLY  # noqa: E402  (scale_op codes for quantize_value)
 
 _F32 = ir.FloatType()
 _I16 = ir.IntType(16)
@@ -54,6 +59,30 @@ _I32 = ir.IntType(32)
 
 def _is_nvptx(builder) -> bool:
     return "nvptx" in builder.module.triple
+
+
+@intrinsic
+def _f32_to_bits(typingctx, value):
+    """The IEEE bits of a float32, zero-extended to int64."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.zext(builder.bitcast(args[0], _I32), ir.IntType(64))
+
+    return types.int64(types.float32), codegen
+
+
+@intrinsic
+def _bits_to_f32(typingctx, value):
+    """The float32 whose IEEE bits are the low 32 bits of an int64."""
+    if value != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.trunc(args[0], _I32), _F32)
+
+    return types.float32(types.int64), codegen
 
 
 @intrinsic
@@ -185,3 +214,107 @@ def code_value(bits, nbits, signed):
 def dequantize_value(code, scale, zero_point):
     """``(code - zero_point) * scale`` in float32."""
     return (np.float32(code) - np.float32(zero_point)) * np.float32(scale)
+
+
+@njit(inline="always")
+def f32_bits(v):
+    """The IEEE bits of ``v`` as float32, as a non-negative int64."""
+    return _f32_to_bits(np.float32(v))
+
+
+@njit(inline="always")
+def bits_f32(bits):
+    """The float32 with IEEE bits ``bits`` (an integer below 2**32)."""
+    return _bits_to_f32(np.int64(bits))
+
+
+@njit(inline="always")
+def encode_minifloat(v, ebits, mbits, max_code, overflow_code, nan_code, nan_flips_sign, saturate):
+    """Round float32 ``v`` to a sign/exponent/mantissa code, ties to even.
+
+    The format has ``ebits`` exponent bits (bias ``2**(ebits-1) - 1``), ``mbits``
+    mantissa bits, subnormals, and largest finite magnitude code ``max_code``.
+    A magnitude that rounds above ``max_code`` (inf included) becomes ``max_code``
+    when ``saturate``, else ``overflow_code`` (e4m3fn: NaN 0x7f; e5m2: inf 0x7c;
+    formats without inf/NaN: ``max_code``). NaN becomes ``nan_code`` with its sign,
+    flipped when ``nan_flips_sign`` (ml_dtypes' fp6/fp4 quirk: +NaN → -0).
+    Returns the code as int64, sign in bit ``ebits + mbits``.
+    """
+    bits = f32_bits(v)
+    sign = bits >> 31
+    a = bits & 0x7FFFFFFF
+    bias = (1 << (ebits - 1)) - 1
+    emin = 1 - bias
+    shift = 23 - mbits
+    t = a - ((127 - bias) << 23)
+    normal = (t + (1 << (shift - 1)) - 1 + ((t >> shift) & 1)) >> shift
+    sub_scale = bits_f32((127 + mbits - emin) << 23)
+    sub = np.int64(rint_f32(bits_f32(a) * sub_scale))
+    code = sub if a < ((127 + emin) << 23) else normal
+    code = code if code <= max_code else (max_code if saturate else overflow_code)
+    if a > 0x7F800000:
+        code = nan_code
+        sign = sign ^ nan_flips_sign
+    return (sign << (ebits + mbits)) | code
+
+
+@njit(inline="always")
+def decode_minifloat(code, ebits, mbits, nan_rule):
+    """The float32 value of a sign/exponent/mantissa code (exact).
+
+    ``nan_rule``: 0 every code is finite (fp6, fp4); 1 the all-ones magnitude is NaN
+    (e4m3fn); 2 IEEE, an all-ones exponent is inf (mantissa 0) or NaN (e5m2).
+    """
+    c = np.int64(code)
+    nbits = ebits + mbits
+    sign = (c >> nbits) & 1
+    a = c & ((1 << nbits) - 1)
+    bias = (1 << (ebits - 1)) - 1
+    e = a >> mbits
+    m = a & ((1 << mbits) - 1)
+    normal = bits_f32(((e - bias + 127) << 23) | (m << (23 - mbits)))
+    sub = np.float32(m) * bits_f32((127 + 1 - bias - mbits) << 23)
+    v = sub if e == 0 else normal
+    all_ones = e == (1 << ebits) - 1
+    if nan_rule == 2 and all_ones:
+        v = bits_f32(0x7F800000 if m == 0 else 0x7FC00000)
+    if nan_rule == 1 and a == (1 << nbits) - 1:
+        v = bits_f32(0x7FC00000)
+    return -v if sign else v
+
+
+@njit(inline="always")
+def encode_e8m0(v):
+    """Encode float32 as float8_e8m0fnu (``2**(code - 127)``) exactly as ml_dtypes does.
+
+    The mantissa rounds half up; zero, negatives, NaN, inf and overflow give the
+    NaN code 0xff; float32 subnormals up to ``2**-127`` give 0 and larger ones 1.
+    """
+    bits = f32_bits(v)
+    e = bits >> 23
+    if e == 0:
+        return np.int64(0xFF) if bits == 0 else np.int64(0) if bits <= 0x00400000 else np.int64(1)
+    code = e + ((bits >> 22) & 1)
+    return code if bits < 0x7F800000 and code < 0xFF else np.int64(0xFF)
+
+
+@njit(inline="always")
+def decode_e8m0(code):
+    """The float32 value of a float8_e8m0fnu code (0xff is NaN, 0 is ``2**-127``)."""
+    c = np.int64(code)
+    if c == 0xFF:
+        return bits_f32(0x7FC00000)
+    return bits_f32(c << 23) if c > 0 else bits_f32(0x00400000)
+
+
+@njit(inline="always")
+def quantize_float_value(x, scale, scale_op, fp, saturate):
+    """``encode_minifloat(x / scale)`` (or ``x * scale``) for the format tuple ``fp``.
+
+    ``fp = (ebits, mbits, max_code, overflow_code, nan_code, nan_flips_sign, nan_rule)``.
+    """
+    one = np.float32(1.0)
+    s = np.float32(scale)
+    multiply = scale_op == SCALE_MULTIPLY
+    v = (load_f32(x) * (s if multiply else one)) / (one if multiply else s)
+    return encode_minifloat(v, fp[0], fp[1], fp[2], fp[3], fp[4], fp[5], saturate)

@@ -11,9 +11,8 @@ from .layout import BlockLayout
 
 __all__ = ["QuantizeSpec", "DequantizeSpec", "SCALE_DIVIDE", "SCALE_MULTIPLY"]
 
-#: ``QuantizeSpec.scale_op`` codes; the same values as :data:`nbquant.element.SCALE_DIVIDE` and
-#: ``SCALE_MULTIPLY``, defined here too so that the API and the reference backend need not import
-#: :mod:`nbquant.element` (which imports numba).
+#: ``QuantizeSpec.scale_op`` codes, shared with :mod:`nbquant.element` (defined here so that the API
+#: and the reference backend need not import numba).
 SCALE_DIVIDE = 0
 SCALE_MULTIPLY = 1
 
