@@ -161,7 +161,8 @@ def use_cuda_stream(stream) -> Iterator[None]:
     Examples
     --------
     >>> import nbquant
-    >>> with nbquant.backends.use_cuda_stream(None):
+    >>> from nbquant.backends import use_cuda_stream
+    >>> with use_cuda_stream(None):
     ...     pass
     """
     token = _cuda_stream.set(stream)

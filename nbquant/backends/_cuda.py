@@ -38,8 +38,11 @@ back and synchronise that stream before returning.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from numba import cuda, types
+from numba.core.errors import NumbaPerformanceWarning
 from numba.cuda.core import config as _cuda_config
 from numba.np.numpy_support import from_dtype
 
@@ -72,156 +75,178 @@ SIMULATOR = bool(_cuda_config.ENABLE_CUDASIM)
 # ---------------------------------------------------------------------------------------------
 
 
+# Index arithmetic is unsigned 64-bit: no 2**31 limit, no sign fix-ups in the divisions, and no
+# negative-index wraparound code on every array access (Numba adds it for signed indices).
+_U1 = np.uint64(1)
+
+
 def quantize_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, mask, bp, br, bc, out):
     """Quantize ``x`` (P, R, C) into unsigned code storage ``out`` (P, R, C)."""
-    R = x.shape[1]
-    C = x.shape[2]
-    rows = x.shape[0] * R
-    stride = np.int64(cuda.gridDim.x) * np.int64(cuda.blockDim.x)
-    g_step = stride // bc
-    o_step = stride - g_step * bc
-    start = np.int64(cuda.blockIdx.x) * np.int64(cuda.blockDim.x) + np.int64(cuda.threadIdx.x)
-    g_start = start // bc
-    o_start = start - g_start * bc
-    row = np.int64(cuda.blockIdx.y)
+    R = np.uint64(x.shape[1])
+    C = np.uint64(x.shape[2])
+    rows = np.uint64(x.shape[0]) * R
+    ubp, ubr, ubc = np.uint64(bp), np.uint64(br), np.uint64(bc)
+    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
+    g_step = stride // ubc
+    o_step = stride - g_step * ubc
+    start = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
+    g_start = start // ubc
+    o_start = start - g_start * ubc
+    row = np.uint64(cuda.blockIdx.y)
     while row < rows:
         p = row // R
         r = row - p * R
-        sp = p // bp
-        sr = r // br
+        sp = p // ubp
+        sr = r // ubr
+        xs, ss, zs, os = x[p, r], scale[sp, sr], zp[sp, sr], out[p, r]
         c = start
         g = g_start
         off = o_start
         while c < C:
-            z = zp[sp, sr, g] if has_zp else np.float32(0)
-            v = quantize_value(x[p, r, c], scale[sp, sr, g], z, scale_op, zp_before, qmin, qmax)
-            out[p, r, c] = code_bits(v, mask)
+            z = zs[g] if has_zp else np.float32(0)
+            os[c] = code_bits(quantize_value(xs[c], ss[g], z, scale_op, zp_before, qmin, qmax), mask)
             c += stride
             g += g_step
             off += o_step
-            if off >= bc:
-                off -= bc
-                g += 1
-        row += np.int64(cuda.gridDim.y)
+            if off >= ubc:
+                off -= ubc
+                g += _U1
+        row += np.uint64(cuda.gridDim.y)
 
 
 def quantize_packed_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, nbits, bp, br, bc, out):
     """Quantize ``x`` (P, R, C) into packed bytes ``out`` (P, R, C / k), first code in the low bits."""
-    R = x.shape[1]
-    nbytes = out.shape[2]
-    rows = x.shape[0] * R
-    k = 8 // nbits
-    mask = (1 << nbits) - 1
-    stride = np.int64(cuda.gridDim.x) * np.int64(cuda.blockDim.x)
-    g_step = (stride * k) // bc
-    o_step = stride * k - g_step * bc
-    start = np.int64(cuda.blockIdx.x) * np.int64(cuda.blockDim.x) + np.int64(cuda.threadIdx.x)
-    g_start = (start * k) // bc
-    o_start = start * k - g_start * bc
-    row = np.int64(cuda.blockIdx.y)
+    R = np.uint64(x.shape[1])
+    nbytes = np.uint64(out.shape[2])
+    rows = np.uint64(x.shape[0]) * R
+    ubp, ubr, ubc = np.uint64(bp), np.uint64(br), np.uint64(bc)
+    k = np.uint64(8 // nbits)
+    mask = np.int32((1 << nbits) - 1)
+    shift = np.int32(nbits)
+    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
+    g_step = (stride * k) // ubc
+    o_step = stride * k - g_step * ubc
+    start = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
+    g_start = (start * k) // ubc
+    o_start = start * k - g_start * ubc
+    row = np.uint64(cuda.blockIdx.y)
     while row < rows:
         p = row // R
         r = row - p * R
-        sp = p // bp
-        sr = r // br
+        sp = p // ubp
+        sr = r // ubr
+        xs, ss, zs, os = x[p, r], scale[sp, sr], zp[sp, sr], out[p, r]
         j = start
         g = g_start
         off = o_start
         while j < nbytes:
             byte = np.int32(0)
+            sh = np.int32(0)
+            c = j * k
+            end = c + k
             gt = g
             ot = off
-            for t in range(k):
-                z = zp[sp, sr, gt] if has_zp else np.float32(0)
-                v = quantize_value(x[p, r, j * k + t], scale[sp, sr, gt], z, scale_op, zp_before, qmin, qmax)
-                byte |= code_bits(v, mask) << np.int32(t * nbits)
-                ot += 1
-                if ot == bc:
-                    ot = 0
-                    gt += 1
-            out[p, r, j] = byte
+            while c < end:
+                z = zs[gt] if has_zp else np.float32(0)
+                byte |= code_bits(quantize_value(xs[c], ss[gt], z, scale_op, zp_before, qmin, qmax), mask) << sh
+                sh += shift
+                c += _U1
+                ot += _U1
+                if ot == ubc:
+                    ot = np.uint64(0)
+                    gt += _U1
+            os[j] = byte
             j += stride
             g += g_step
             off += o_step
-            if off >= bc:
-                off -= bc
-                g += 1
-        row += np.int64(cuda.gridDim.y)
+            if off >= ubc:
+                off -= ubc
+                g += _U1
+        row += np.uint64(cuda.gridDim.y)
 
 
 def dequantize_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, like, out):
     """Dequantize unsigned code storage ``q`` (P, R, C) into ``out`` (float storage like ``like``)."""
-    R = q.shape[1]
-    C = q.shape[2]
-    rows = q.shape[0] * R
-    stride = np.int64(cuda.gridDim.x) * np.int64(cuda.blockDim.x)
-    g_step = stride // bc
-    o_step = stride - g_step * bc
-    start = np.int64(cuda.blockIdx.x) * np.int64(cuda.blockDim.x) + np.int64(cuda.threadIdx.x)
-    g_start = start // bc
-    o_start = start - g_start * bc
-    row = np.int64(cuda.blockIdx.y)
+    R = np.uint64(q.shape[1])
+    C = np.uint64(q.shape[2])
+    rows = np.uint64(q.shape[0]) * R
+    ubp, ubr, ubc = np.uint64(bp), np.uint64(br), np.uint64(bc)
+    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
+    g_step = stride // ubc
+    o_step = stride - g_step * ubc
+    start = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
+    g_start = start // ubc
+    o_start = start - g_start * ubc
+    row = np.uint64(cuda.blockIdx.y)
     while row < rows:
         p = row // R
         r = row - p * R
-        sp = p // bp
-        sr = r // br
+        sp = p // ubp
+        sr = r // ubr
+        qs, ss, zs, os = q[p, r], scale[sp, sr], zp[sp, sr], out[p, r]
         c = start
         g = g_start
         off = o_start
         while c < C:
-            z = zp[sp, sr, g] if has_zp else np.float32(0)
-            v = dequantize_value(code_value(q[p, r, c], nbits, signed), scale[sp, sr, g], z)
-            out[p, r, c] = store_float(v, like)
+            z = zs[g] if has_zp else np.float32(0)
+            os[c] = store_float(dequantize_value(code_value(qs[c], nbits, signed), ss[g], z), like)
             c += stride
             g += g_step
             off += o_step
-            if off >= bc:
-                off -= bc
-                g += 1
-        row += np.int64(cuda.gridDim.y)
+            if off >= ubc:
+                off -= ubc
+                g += _U1
+        row += np.uint64(cuda.gridDim.y)
 
 
 def dequantize_packed_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, like, out):
     """Dequantize packed bytes ``q`` (P, R, C / k) into ``out`` (P, R, C)."""
-    R = q.shape[1]
-    nbytes = q.shape[2]
-    rows = q.shape[0] * R
-    k = 8 // nbits
-    stride = np.int64(cuda.gridDim.x) * np.int64(cuda.blockDim.x)
-    g_step = (stride * k) // bc
-    o_step = stride * k - g_step * bc
-    start = np.int64(cuda.blockIdx.x) * np.int64(cuda.blockDim.x) + np.int64(cuda.threadIdx.x)
-    g_start = (start * k) // bc
-    o_start = start * k - g_start * bc
-    row = np.int64(cuda.blockIdx.y)
+    R = np.uint64(q.shape[1])
+    nbytes = np.uint64(q.shape[2])
+    rows = np.uint64(q.shape[0]) * R
+    ubp, ubr, ubc = np.uint64(bp), np.uint64(br), np.uint64(bc)
+    k = np.uint64(8 // nbits)
+    shift = np.int32(nbits)
+    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
+    g_step = (stride * k) // ubc
+    o_step = stride * k - g_step * ubc
+    start = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
+    g_start = (start * k) // ubc
+    o_start = start * k - g_start * ubc
+    row = np.uint64(cuda.blockIdx.y)
     while row < rows:
         p = row // R
         r = row - p * R
-        sp = p // bp
-        sr = r // br
+        sp = p // ubp
+        sr = r // ubr
+        qs, ss, zs, os = q[p, r], scale[sp, sr], zp[sp, sr], out[p, r]
         j = start
         g = g_start
         off = o_start
         while j < nbytes:
-            byte = np.int32(q[p, r, j])
+            byte = np.int32(qs[j])
+            sh = np.int32(0)
+            c = j * k
+            end = c + k
             gt = g
             ot = off
-            for t in range(k):
-                z = zp[sp, sr, gt] if has_zp else np.float32(0)
-                code = code_value(byte >> np.int32(t * nbits), nbits, signed)
-                out[p, r, j * k + t] = store_float(dequantize_value(code, scale[sp, sr, gt], z), like)
-                ot += 1
-                if ot == bc:
-                    ot = 0
-                    gt += 1
+            while c < end:
+                z = zs[gt] if has_zp else np.float32(0)
+                code = code_value(byte >> sh, nbits, signed)
+                os[c] = store_float(dequantize_value(code, ss[gt], z), like)
+                sh += shift
+                c += _U1
+                ot += _U1
+                if ot == ubc:
+                    ot = np.uint64(0)
+                    gt += _U1
             j += stride
             g += g_step
             off += o_step
-            if off >= bc:
-                off -= bc
-                g += 1
-        row += np.int64(cuda.gridDim.y)
+            if off >= ubc:
+                off -= ubc
+                g += _U1
+        row += np.uint64(cuda.gridDim.y)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -431,7 +456,25 @@ def _contiguous(d, name: str):
     if not d.is_c_contiguous():
         raise ValueError(f"{name} is a non-contiguous CUDA array; nbquant does not copy device arrays, so make it "
                          "C-contiguous first (e.g. cupy.ascontiguousarray or tensor.contiguous())")
+    if SIMULATOR and type(d).__name__ == "FakeCUDAArray":
+        return _sim_array(d)
     return d
+
+
+def _sim_array(d):
+    """The simulator's device arrays refuse ``shape[-1]`` on the host (real ones allow it); give a plain tuple."""
+    global _SimArray
+    if _SimArray is None:
+
+        class _SimArray(type(d)):
+            @property
+            def shape(self):
+                return tuple(self._ary.shape)
+
+    return _SimArray(d._ary, d.stream)
+
+
+_SimArray = None
 
 
 def device_empty(shape: tuple[int, ...], dtype):
@@ -485,7 +528,9 @@ def _launch(kernel: str, config, stream, args, data, out) -> None:
     sig = kernel_signature(kernel, data.dtype, out.dtype)
     launched.add((kernel, sig))
     (grid, threads) = config
-    _compiled(kernel, sig)[grid, threads, stream](*args)
+    with warnings.catch_warnings():  # small inputs give small grids; Numba's occupancy warning is noise here
+        warnings.simplefilter("ignore", NumbaPerformanceWarning)
+        _compiled(kernel, sig)[grid, threads, stream](*args)
 
 
 def _run(kernel_name: str, data, params, out, spec, last_divisors, make_args) -> None:

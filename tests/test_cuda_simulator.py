@@ -1,0 +1,219 @@
+"""The cuda backend without a GPU: the simulator run of the whole backend suite, plus cuda-only tests.
+
+``test_backend_suite_under_the_cuda_simulator`` spawns
+``NUMBA_ENABLE_CUDASIM=1 NBQUANT_TEST_BACKENDS=cuda python -m pytest tests -p _cudasim_plugin``,
+which re-runs every test that uses the ``backend`` fixture on ``cuda`` (bit-exact against
+``reference``) together with the tests below that need a usable cuda backend. Outside
+that run (no simulator, no GPU) those tests skip. Tests marked ``gpu`` need real hardware.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import nbquant
+from nbquant.backends import BackendUnavailableError, is_device_array, use_cuda_stream
+
+ROOT = Path(__file__).resolve().parents[1]
+SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+CUDA = {b.name: b for b in nbquant.backends()}["cuda"]
+needs_cuda = pytest.mark.skipif(not CUDA.available, reason=f"cuda backend unavailable: {CUDA.reason}")
+
+
+def _real_gpu() -> bool:
+    return CUDA.available and not SIMULATOR
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "NBQUANT_TEST_BACKENDS")}
+    env.update(extra)
+    return env
+
+
+# --- the simulator run -----------------------------------------------------------------------------
+
+
+@pytest.mark.nosim
+def test_backend_suite_under_the_cuda_simulator():
+    """Every backend-parametrised test passes on cuda under NUMBA_ENABLE_CUDASIM=1."""
+    if CUDA.reason.startswith("numba-cuda is not installed"):
+        pytest.skip(CUDA.reason)
+    env = _env(NUMBA_ENABLE_CUDASIM="1", NBQUANT_TEST_BACKENDS="cuda",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])))
+    cmd = [sys.executable, "-m", "pytest", "tests", "-q", "-p", "_cudasim_plugin", "-p", "no:cacheprovider",
+           "-W", "ignore::pytest.PytestUnknownMarkWarning"]
+    start = time.perf_counter()
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    tail = "\n".join((res.stdout + res.stderr).strip().splitlines()[-40:])
+    print(f"simulator run: {time.perf_counter() - start:.0f}s\n{tail}")
+    assert res.returncode == 0, f"cuda simulator run failed (rc={res.returncode}):\n{tail}"
+    assert " passed" in res.stdout
+
+
+@pytest.mark.nosim
+def test_import_nbquant_does_not_import_numba_cuda():
+    code = "import sys, nbquant; nbquant.quantize([1.0], 1.0, 'int8'); print('numba.cuda' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# --- availability ----------------------------------------------------------------------------------
+
+
+def test_backends_lists_cuda_with_a_reason():
+    assert CUDA.available == (SIMULATOR or _real_gpu())
+    if SIMULATOR:
+        assert CUDA.available, CUDA.reason
+    elif not CUDA.available:
+        assert CUDA.reason.startswith(("no CUDA driver or GPU", "numba-cuda is not installed")), CUDA.reason
+
+
+@pytest.mark.skipif(CUDA.available, reason="cuda is available here")
+def test_explicit_cuda_without_a_gpu_raises_with_the_reason():
+    with pytest.raises(BackendUnavailableError, match="backend 'cuda' is not available: "):
+        nbquant.quantize(np.ones(3, np.float32), 1.0, "int8", backend="cuda")
+    # auto still runs NumPy arrays on the CPU
+    assert nbquant.quantize(np.ones(3, np.float32), 1.0, "int8").tolist() == [1, 1, 1]
+
+
+def test_launch_config_covers_rows_and_columns():
+    from nbquant.backends._cuda import MAX_BLOCKS, THREADS, launch_config
+
+    (gx, gy), t = launch_config(1, 1 << 28, simulator=False)
+    assert (gy, t) == (1, THREADS) and gx == MAX_BLOCKS
+    (gx, gy), t = launch_config(1 << 20, 47, simulator=False)
+    assert (gx, t) == (1, 64) and gy == MAX_BLOCKS
+    (gx, gy), t = launch_config(3, 1, simulator=False)
+    assert (gx, gy, t) == (1, 3, 32)
+    (gx, gy), t = launch_config(100, 1000, simulator=True)
+    assert gx * t < 1000 and gy < 100  # grid-stride loops are exercised in the simulator
+
+
+# --- cuda-only behaviour (simulator or GPU) --------------------------------------------------------
+
+
+@pytest.fixture
+def cuda():
+    if not CUDA.available:
+        pytest.skip(f"cuda backend unavailable: {CUDA.reason}")
+    from numba import cuda
+
+    return cuda
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, np.float64])
+def test_device_array_in_device_array_out(cuda, dtype):
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((5, 9, 12)) * 4).astype(dtype)
+    scale = (rng.random((5, 9, 3)) + 0.1).astype(np.float32)
+    d = cuda.to_device(x)
+    q = nbquant.quantize(d, scale, "int4", axis=2, block_size=4)
+    assert is_device_array(q) and q.dtype == ml_dtypes.int4
+    ref = nbquant.quantize(x, scale, "int4", axis=2, block_size=4, backend="reference")
+    np.testing.assert_array_equal(q.copy_to_host().view(np.uint8), ref.view(np.uint8))
+    back = nbquant.dequantize(q, scale, axis=2, block_size=4, out_dtype=ml_dtypes.bfloat16)
+    ref_back = nbquant.dequantize(ref, scale, axis=2, block_size=4, out_dtype=ml_dtypes.bfloat16, backend="reference")
+    assert is_device_array(back)
+    np.testing.assert_array_equal(back.copy_to_host().view(np.int16), ref_back.view(np.int16))
+
+
+def test_device_out_and_packed(cuda):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((7, 10)).astype(np.float32)
+    scale = np.float32(0.3)
+    zp = np.int32(5)
+    out = cuda.device_array((7, 5), np.uint8)
+    r = nbquant.quantize(cuda.to_device(x), scale, "uint4", zero_point=zp, packed=True, out=out)
+    assert r is out
+    ref = nbquant.quantize(x, scale, "uint4", zero_point=zp, packed=True, backend="reference")
+    np.testing.assert_array_equal(out.copy_to_host(), ref)
+    # numpy codes, device out
+    dout = cuda.device_array((7, 10), np.float16)
+    nbquant.dequantize(ref, scale, zero_point=zp, dtype="uint4", out_dtype=np.float16, out=dout)
+    expect = nbquant.dequantize(ref, scale, zero_point=zp, dtype="uint4", out_dtype=np.float16, backend="reference")
+    np.testing.assert_array_equal(dout.copy_to_host().view(np.uint16), expect.view(np.uint16))
+
+
+def test_device_arrays_need_cuda_and_checked_out(cuda):
+    d = cuda.to_device(np.ones((4, 6), np.float32))
+    with pytest.raises(BackendUnavailableError, match="host"):
+        nbquant.quantize(d, 1.0, "int8", backend="cpu")
+    with pytest.raises(ValueError, match="shape"):
+        nbquant.quantize(d, 1.0, "int8", out=cuda.device_array((4, 5), np.int8))
+    with pytest.raises(TypeError, match="dtype"):
+        nbquant.quantize(cuda.to_device(np.ones(3, np.int32)), 1.0, "int8")
+
+
+def test_stream_is_used(cuda):
+    stream = cuda.stream()
+    x = np.linspace(-3, 3, 50, dtype=np.float32)
+    with use_cuda_stream(stream):
+        q = nbquant.quantize(cuda.to_device(x, stream=stream), 0.05, "int8")
+        stream.synchronize()
+    np.testing.assert_array_equal(q.copy_to_host(), nbquant.quantize(x, 0.05, "int8", backend="reference"))
+
+
+def test_every_launched_signature_is_in_the_ptx_check(cuda):
+    """The PTX check compiles all_signatures(); every launch of this process must be one of them."""
+    from nbquant.backends import _cuda
+
+    rng = np.random.default_rng(5)
+    for dtype in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16):
+        x = rng.standard_normal((3, 8)).astype(dtype)
+        for fmt, packed in (("int8", False), ("int16", False), ("int2", True)):
+            q = nbquant.quantize(x, 0.1, fmt, packed=packed, backend="cuda")
+            for out_dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
+                nbquant.dequantize(q, 0.1, dtype=fmt, out_dtype=out_dtype, backend="cuda")
+    known = set(_cuda.all_signatures())
+    assert _cuda.launched and _cuda.launched <= known, _cuda.launched - known
+
+
+# --- real hardware ---------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _real_gpu(), reason="needs a real CUDA GPU (not the simulator)")
+@pytest.mark.parametrize("shape", [(1 << 20,), (1023, 4098), (3, 5, 7, 12)])
+@pytest.mark.parametrize("packed", [False, True])
+def test_gpu_matches_cpu_on_large_inputs(shape, packed):
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal(shape).astype(np.float32)
+    s = np.float32(0.02)
+    q_gpu = nbquant.quantize(x, s, "int4", packed=packed, backend="cuda")
+    q_cpu = nbquant.quantize(x, s, "int4", packed=packed, backend="cpu")
+    np.testing.assert_array_equal(q_gpu.view(np.uint8), q_cpu.view(np.uint8))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _real_gpu(), reason="needs a real CUDA GPU (not the simulator)")
+def test_gpu_cupy_and_torch_zero_copy():
+    x = np.linspace(-1, 1, 1001, dtype=np.float32)
+    arrays = []
+    try:
+        import cupy
+
+        arrays.append(cupy.asarray(x))
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            arrays.append(torch.from_numpy(x).cuda())
+    except ImportError:
+        pass
+    if not arrays:
+        pytest.skip("neither cupy nor torch with CUDA is installed")
+    ref = nbquant.quantize(x, 0.01, "int8", backend="reference")
+    for a in arrays:
+        q = nbquant.quantize(a, 0.01, "int8")
+        assert is_device_array(q)
+        np.testing.assert_array_equal(q.copy_to_host(), ref)

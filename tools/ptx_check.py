@@ -1,0 +1,163 @@
+"""Compile every CUDA kernel signature nbquant launches to PTX and SASS, without a GPU.
+
+For each ``(kernel, signature)`` in :func:`nbquant.backends._cuda.all_signatures` and
+each target architecture, this runs ``numba.cuda.compile_ptx`` (NVVM from the pip
+``nvidia-nvvm`` wheel) and then ``ptxas -arch=sm_XY -v`` from the pip
+``nvidia-cuda-nvcc`` wheel of the same CUDA minor (never ``/usr/local/cuda``). It fails
+on any compile error, any ``.f64`` instruction in a float32 path (float64-input kernels
+may only load float64 and convert it to float32), and any register spill, and prints
+the registers each kernel uses.
+
+Usage::
+
+    python tools/ptx_check.py [--arch 75,80,89,90,100,120] [--jobs N]
+
+Exit status 0 when everything passes, 1 on a failure, 2 when the toolkit wheels
+(``pip install 'nbquant[test]'``) are absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ARCHES = (75, 80, 89, 90, 100, 120)
+MISSING = 2
+
+_REGS = re.compile(r"Used (\d+) registers")
+_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+# In a float64-input kernel the only float64 work allowed is loading x and rounding it to float32.
+_F64_ALLOWED = re.compile(r"^\s*(ld\.global(\.nc)?\.f64|cvt\.rn\.f32\.f64)\b")
+
+
+def find_ptxas() -> Path | None:
+    """``ptxas`` from the pip ``nvidia-cuda-nvcc`` wheel in this interpreter's site-packages, if installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("nvidia")
+    roots = list(spec.submodule_search_locations) if spec and spec.submodule_search_locations else []
+    for root in roots:
+        for sub in ("cu13", "cuda_nvcc", "cu12"):
+            exe = Path(root) / sub / "bin" / ("ptxas.exe" if os.name == "nt" else "ptxas")
+            if exe.is_file():
+                return exe
+    return None
+
+
+def toolkit_problem() -> str:
+    """Why the check cannot run here ("" when it can)."""
+    import importlib.util
+
+    if importlib.util.find_spec("numba_cuda") is None:
+        return "numba-cuda is not installed (pip install 'nbquant[test]')"
+    if find_ptxas() is None:
+        return "ptxas from the pip nvidia-cuda-nvcc wheel is not installed (pip install 'nbquant[test]')"
+    if importlib.util.find_spec("nvidia.cu13") is None and importlib.util.find_spec("nvidia.cuda_nvrtc") is None:
+        return "the pip NVRTC/NVVM wheels are not installed (pip install 'nbquant[test]')"
+    return ""
+
+
+def f64_violations(ptx: str, f64_input: bool) -> list[str]:
+    """PTX instruction lines that use float64 where the kernel should stay in float32."""
+    bad = []
+    for line in ptx.splitlines():
+        if ".f64" not in line or line.lstrip().startswith("//"):
+            continue
+        if f64_input and (_F64_ALLOWED.match(line) or line.lstrip().startswith(".reg .f64")):
+            continue
+        bad.append(line.strip())
+    return bad
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the check; see the module docstring."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arch", default=",".join(map(str, ARCHES)), help="comma-separated sm numbers")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel ptxas processes")
+    args = parser.parse_args(argv)
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
+        print("ptx_check: unset NUMBA_ENABLE_CUDASIM; the simulator cannot compile PTX", file=sys.stderr)
+        return 1
+    problem = toolkit_problem()
+    if problem:
+        print(f"ptx_check: SKIP: {problem}", file=sys.stderr)
+        return MISSING
+    arches = [int(a) for a in args.arch.split(",") if a]
+    ptxas = find_ptxas()
+
+    import numba
+    from numba import cuda, types
+
+    from nbquant.backends import _cuda as backend
+
+    version = subprocess.run([str(ptxas), "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+    nvvm = cuda.cudadrv.nvvm.NVVM().get_version()
+    print(f"numba {numba.__version__}, numba-cuda {cuda.implementation}, NVVM IR {nvvm}, "
+          f"ptxas {version[-1] if version else '?'} ({ptxas})")
+    start = time.perf_counter()
+    failures: list[str] = []
+    jobs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, sig in backend.all_signatures():
+            fn = backend.kernel_function(name)
+            f64_input = sig.args[0].dtype == types.float64
+            label = f"{name}({sig.args[0].dtype}->{sig.args[-1].dtype})"
+            for arch in arches:
+                try:
+                    ptx, _ = cuda.compile_ptx(fn, sig.args, cc=(arch // 10, arch % 10))
+                except Exception as exc:  # report every failure, then fail
+                    failures.append(f"{label} sm_{arch}: compile_ptx failed: {type(exc).__name__}: {exc}")
+                    continue
+                bad = f64_violations(ptx, f64_input)
+                if bad:
+                    failures.append(f"{label} sm_{arch}: {len(bad)} float64 instruction(s), e.g. {bad[:3]}")
+                path = Path(tmp) / f"{name}_{len(jobs)}_sm{arch}.ptx"
+                path.write_text(ptx)
+                jobs.append((label, arch, path))
+
+        def assemble(job):
+            label, arch, path = job
+            out = path.with_suffix(".cubin")
+            res = subprocess.run([str(ptxas), f"-arch=sm_{arch}", "-v", str(path), "-o", str(out)],
+                                 capture_output=True, text=True)
+            return label, arch, res
+
+        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            results = list(pool.map(assemble, jobs))
+
+    table: dict[str, dict[int, str]] = {}
+    for label, arch, res in results:
+        text = res.stdout + res.stderr
+        if res.returncode:
+            failures.append(f"{label} sm_{arch}: ptxas failed: {text.strip()}")
+            continue
+        regs = _REGS.search(text)
+        spills = _SPILL.findall(text)
+        if not regs:
+            failures.append(f"{label} sm_{arch}: no register count in ptxas output: {text.strip()}")
+            continue
+        if any(int(s) or int(ld) for s, ld in spills):
+            failures.append(f"{label} sm_{arch}: register spill: {spills}")
+        table.setdefault(label, {})[arch] = regs.group(1)
+
+    width = max(map(len, table), default=10)
+    print(f"{'kernel (input->output)':<{width}}  " + "  ".join(f"sm_{a:<4}" for a in arches) + "  (registers)")
+    for label, regs in table.items():
+        print(f"{label:<{width}}  " + "  ".join(f"{regs.get(a, '-'):<7}" for a in arches))
+    elapsed = time.perf_counter() - start
+    print(f"{len(results)} kernel x arch compiles ({len(table)} signatures x {len(arches)} arches) in {elapsed:.1f}s; "
+          f"spills: {'none' if not any('spill' in f for f in failures) else 'SOME'}; failures={len(failures)}")
+    for f in failures:
+        print("FAIL", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
