@@ -152,7 +152,11 @@ def quantize(
 def _code_format(q: np.ndarray, dtype) -> tuple[QuantFormat, bool]:
     """The format of ``q`` and whether it is packed."""
     if dtype is None:
-        return get_format(q.dtype), False
+        try:
+            return get_format(q.dtype), False
+        except ValueError:
+            raise TypeError(f"q has dtype {q.dtype}, which holds no quantized codes; pass int8, uint8, int16, uint16 "
+                            "or ml_dtypes int4/uint4/int2/uint2 codes, or packed uint8 with dtype=") from None
     fmt = get_format(dtype)
     if q.dtype == fmt.dtype:
         return fmt, False

@@ -41,13 +41,15 @@ def _as_float_param(name: str, value) -> np.ndarray:
         arr = arr.astype(np.float32)
     elif arr.dtype not in FLOAT_INPUT_DTYPES:
         raise TypeError(f"{name} has dtype {arr.dtype}; use a float ({_NAMES}) or integer array or scalar")
-    return arr.astype(np.float32)
+    with np.errstate(over="ignore"):  # beyond float32 becomes inf, which the finiteness checks reject
+        return arr.astype(np.float32)
 
 
 def _first_bad(name: str, arr: np.ndarray, bad: np.ndarray, allowed: str) -> None:
     if bad.any():
         index = np.unravel_index(int(np.argmax(bad)), bad.shape) if bad.ndim else ()
-        raise ValueError(f"{name} must be {allowed}; {name}{list(index) if index else ''} is {arr[index]!r}")
+        where = [int(i) for i in index] if index else ""
+        raise ValueError(f"{name} must be {allowed}; {name}{where} is {arr[index]!r}")
 
 
 def check_scale(scale, layout: BlockLayout, name: str = "scale") -> np.ndarray:
