@@ -57,8 +57,14 @@ class BlockLayout:
 
     @property
     def grid(self) -> tuple[int, ...]:
-        """Number of blocks along each dimension (``ceil(n / b)``)."""
-        return tuple(-(-n // b) for n, b in zip(self.shape, self.block))
+        """Number of blocks along each dimension (``ceil(n / b)``).
+
+        A whole dimension (per-tensor, and per-channel off the axis) is one block even
+        when it is empty, so an empty input takes the same scale shapes as any other.
+        """
+        whole = self.kind in ("per-tensor", "per-channel")
+        return tuple(1 if n == 0 and whole and d != self.axis else -(-n // b)
+                     for d, (n, b) in enumerate(zip(self.shape, self.block)))
 
     @property
     def num_blocks(self) -> int:
