@@ -1,0 +1,81 @@
+"""Smoke tests of the benchmark tooling (not timings): the ratio benchmark and the asv suite.
+
+The asv tests are skipped when asv is not installed (``pip install -e .[bench]``).
+They run ``asv check`` and a quick dry run of one benchmark per capability module
+at 2^10 elements (``NBQUANT_ASV_QUICK=1``) in the current environment, with
+``HOME`` pointed at a temporary directory so asv's machine file stays out of the
+user's home.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nbquant import bench
+
+ROOT = Path(__file__).resolve().parents[1]
+ASV_DIR = ROOT / "asv_bench"
+HAVE_ASV = importlib.util.find_spec("asv") is not None
+#: One benchmark per capability module: quantize (allocating and out= via setup),
+#: packed quantize plus dequantize (SQNR round trip), dequantize out=, import time.
+ASV_SMOKE = (r"QuantizeStatic\.time_quantize\b|QuantizePacked\.track_sqnr|Dequantize\.time_dequantize_out"
+             r"|timeraw_import_nbquant")
+
+
+def _run(args: list[str], cwd: Path, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_parse_sizes():
+    assert bench.parse_sizes("2^10, 2**4,100") == [1024, 16, 100]
+
+
+def test_select_cases():
+    names = [c.name for c in bench.select_cases("int4,dq int8 per-tensor out=")]
+    assert names and all("int4" in n or n == "dq int8 per-tensor out=" for n in names)
+    assert len(bench.select_cases(None)) == len(bench.CASES)
+
+
+def test_ratio_benchmark_prints_table():
+    res = _run([sys.executable, "-m", "nbquant.bench", "--sizes", "2^10", "--repeats", "2"], ROOT)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "median ms" in out and "%roof" in out and "threading layer" in out
+    assert "skipped" not in out, out
+    for case in bench.CASES:
+        assert f"{case.name} " in out, case.name
+    assert out.count(" roofline ") == len(bench.CASES)
+
+
+def test_ratio_benchmark_cuda_path_skips_or_runs():
+    res = _run([sys.executable, "-m", "nbquant.bench", "--device", "cuda", "--sizes", "2^10", "--repeats", "1",
+                "--cases", "q int8 per-tensor"], ROOT)
+    assert res.returncode == 0, res.stderr
+    assert "cuda benchmark skipped" in res.stdout or "median ms" in res.stdout
+
+
+@pytest.mark.skipif(not HAVE_ASV, reason="asv is not installed (pip install -e .[bench])")
+def test_asv_check():
+    res = _run([sys.executable, "-m", "asv", "check", "--python=same"], ASV_DIR)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "No problems found" in res.stdout
+
+
+@pytest.mark.skipif(not HAVE_ASV, reason="asv is not installed (pip install -e .[bench])")
+def test_asv_quick_dry_run(tmp_path):
+    env = {"HOME": str(tmp_path), "NBQUANT_ASV_QUICK": "1"}
+    machine = _run([sys.executable, "-m", "asv", "machine", "--yes", "--machine", "ci"], ASV_DIR, env)
+    assert machine.returncode == 0, machine.stdout + machine.stderr
+    res = _run([sys.executable, "-m", "asv", "run", "--python=same", "--quick", "--dry-run", "--machine", "ci",
+                "--show-stderr", "-b", ASV_SMOKE], ASV_DIR, env, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "failed" not in out.lower(), out
+    assert out.count(" ok") >= 3 and "timeraw_import_nbquant" in out, out
