@@ -14,6 +14,7 @@ from .spec import SCALE_DIVIDE, SCALE_MULTIPLY, DequantizeSpec, QuantizeSpec
 from .validation import (
     FLOAT_OUTPUT_DTYPES,
     check_choice,
+    check_float_format_arguments,
     check_float_input,
     check_out,
     check_quant_range,
@@ -55,6 +56,7 @@ def quantize(
     packed: bool = False,
     scale_op: ScaleOp = "divide",
     zero_point_order: ZeroPointOrder = "after_rounding",
+    saturate: bool = True,
     out: np.ndarray | None = None,
     backend: str | None = None,
 ) -> np.ndarray:
@@ -94,6 +96,11 @@ def quantize(
         ``x * scale`` where ``scale`` is a multiplier (pypto, modelopt).
     zero_point_order : {"after_rounding", "before_rounding"}
         ``rne(v) + zp`` (ONNX, torchao) or ``rne(v + zp)`` (pypto, torch.quantize_per_tensor).
+    saturate : bool
+        Floating-point formats only. True (default, as ONNX, TensorRT, torchao and
+        modelopt do): values beyond the largest finite value become it. False:
+        ml_dtypes' cast (e4m3fn overflow and inf → NaN, e5m2 → inf; fp6 and fp4
+        have no NaN/inf and always saturate).
     out : numpy.ndarray, optional
         Preallocated result of the exact shape and dtype this call returns.
     backend : str, optional
@@ -130,6 +137,10 @@ def quantize(
     s = check_scale(scale, layout)
     if op == "reciprocal":
         s = np.float32(1) / s
+    if fmt.is_float:
+        check_float_format_arguments(fmt, zero_point=zero_point, quant_min=quant_min, quant_max=quant_max)
+    if not isinstance(saturate, (bool, np.bool_)):
+        raise TypeError(f"saturate={saturate!r} must be True or False")
     zp = check_zero_point(zero_point, layout, fmt, integral=order == "after_rounding")
     qmin, qmax = check_quant_range(fmt, quant_min, quant_max)
     packed = _check_packed(packed, fmt, layout.shape[-1])
@@ -142,7 +153,7 @@ def quantize(
     else:
         result = check_out(out, shape, out_dtype, inputs=(x,))
     spec = QuantizeSpec(fmt, layout, qmin, qmax, SCALE_DIVIDE if op == "divide" else SCALE_MULTIPLY,
-                        order == "before_rounding", packed)
+                        order == "before_rounding", packed, bool(saturate))
     impl = resolve_backend(backend, (x, result))
     if x.size:
         impl.quantize(x, s, zp, spec, result.view(np.uint8 if packed else fmt.storage))
@@ -221,6 +232,8 @@ def dequantize(
     shape = q.shape[:-1] + (q.shape[-1] * fmt.codes_per_byte,) if packed else q.shape
     layout = resolve_layout(shape, axis, block_size)
     s = check_scale(scale, layout)
+    if fmt.is_float:
+        check_float_format_arguments(fmt, zero_point=zero_point)
     zp = check_zero_point(zero_point, layout, fmt, integral=False)
     if device:
         result = device_result(out, shape, out_dt, inputs=(q,))

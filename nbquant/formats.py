@@ -1,9 +1,11 @@
 """The table of quantized formats nbquant can produce.
 
-Each :class:`QuantFormat` row says how codes of one format are stored and which
-integer range they cover. Kernels never see ml_dtypes types: they write the raw
-storage (``uint8`` or ``uint16`` bytes, one code per element, or several codes per
-byte when packed) and the public API views the result as :attr:`QuantFormat.dtype`.
+Each :class:`QuantFormat` row says how codes of one format are stored: integer
+formats by their range, floating-point element formats (fp8, fp6, fp4, e8m0) by
+their exponent/mantissa layout and their overflow and NaN encodings (ml_dtypes'
+conventions). Kernels never see ml_dtypes types: they write the raw storage
+(``uint8`` or ``uint16``, one code per element, or several codes per byte when
+packed) and the public API views the result as :attr:`QuantFormat.dtype`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ __all__ = ["QuantFormat", "FORMATS", "get_format"]
 
 @dataclass(frozen=True)
 class QuantFormat:
-    """One quantized integer format.
+    """One quantized format: integer, or a floating-point element format.
 
     Attributes
     ----------
@@ -32,8 +34,11 @@ class QuantFormat:
         Whether codes are two's complement.
     qmin, qmax : int
         The full range of the format.
-    packable : bool
-        Whether ``packed=True`` is allowed (sub-byte formats: several codes per byte).
+    ebits, mbits : int
+        Exponent and mantissa bits of a floating-point format (0 for integers).
+    max_code, overflow_code, nan_code, nan_flips_sign, nan_rule : int
+        Floating-point encoding rules, see :func:`nbquant.element.encode_minifloat`
+        and :func:`nbquant.element.decode_minifloat`.
 
     Examples
     --------
@@ -47,6 +52,29 @@ class QuantFormat:
     dtype: np.dtype
     bits: int
     signed: bool
+    ebits: int = 0
+    mbits: int = 0
+    max_code: int = 0
+    overflow_code: int = 0
+    nan_code: int = 0
+    nan_flips_sign: int = 0
+    nan_rule: int = 0
+
+    @property
+    def is_float(self) -> bool:
+        """Whether this is a floating-point element format (fp8, fp6, fp4, e8m0)."""
+        return self.ebits > 0
+
+    @property
+    def fp_params(self) -> tuple[int, ...]:
+        """The tuple kernels take for a floating-point format (see ``quantize_float_value``)."""
+        return (self.ebits, self.mbits, self.max_code, self.overflow_code, self.nan_code,
+                self.nan_flips_sign, self.nan_rule)
+
+    @property
+    def max_value(self) -> float:
+        """The largest finite value (``qmax`` for integer formats)."""
+        return float(ml_dtypes.finfo(self.dtype).max) if self.is_float else float(self.qmax)
 
     @property
     def qmin(self) -> int:
@@ -58,7 +86,8 @@ class QuantFormat:
 
     @property
     def packable(self) -> bool:
-        return self.bits < 8
+        """Whether ``packed=True`` is supported: 4-bit and 2-bit formats, several codes per byte."""
+        return self.bits in (2, 4)
 
     @property
     def codes_per_byte(self) -> int:
@@ -91,14 +120,25 @@ FORMATS: dict[str, QuantFormat] = {
         _row("uint4", ml_dtypes.uint4, 4, False),
         _row("int2", ml_dtypes.int2, 2, True),
         _row("uint2", ml_dtypes.uint2, 2, False),
+        # name, dtype, bits, signed, ebits, mbits, max, overflow (not saturating), NaN, NaN flips sign, NaN rule
+        QuantFormat("float8_e4m3fn", np.dtype(ml_dtypes.float8_e4m3fn), 8, True, 4, 3, 0x7E, 0x7F, 0x7F, 0, 1),
+        QuantFormat("float8_e5m2", np.dtype(ml_dtypes.float8_e5m2), 8, True, 5, 2, 0x7B, 0x7C, 0x7E, 0, 2),
+        QuantFormat("float6_e2m3fn", np.dtype(ml_dtypes.float6_e2m3fn), 6, True, 2, 3, 0x1F, 0x1F, 0, 1, 0),
+        QuantFormat("float6_e3m2fn", np.dtype(ml_dtypes.float6_e3m2fn), 6, True, 3, 2, 0x1F, 0x1F, 0, 1, 0),
+        QuantFormat("float4_e2m1fn", np.dtype(ml_dtypes.float4_e2m1fn), 4, True, 2, 1, 0x7, 0x7, 0, 1, 0),
     )
 }
 
 _BY_DTYPE = {f.dtype: f for f in FORMATS.values()}
+_ALIASES = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2", "fp4": "float4_e2m1fn",
+            "fp6_e2m3": "float6_e2m3fn", "fp6_e3m2": "float6_e3m2fn"}
 
 
 def get_format(dtype: str | np.dtype | type) -> QuantFormat:
     """Look a quantized format up by name or by numpy/ml_dtypes dtype.
+
+    Names are the ml_dtypes names; ``"fp8_e4m3"``, ``"fp8_e5m2"`` and ``"fp4"`` are
+    aliases of ``float8_e4m3fn``, ``float8_e5m2`` and ``float4_e2m1fn``.
 
     Parameters
     ----------
@@ -121,7 +161,7 @@ def get_format(dtype: str | np.dtype | type) -> QuantFormat:
     255
     """
     if isinstance(dtype, str):
-        fmt = FORMATS.get(dtype.lower())
+        fmt = FORMATS.get(_ALIASES.get(dtype.lower(), dtype.lower()))
     else:
         try:
             fmt = _BY_DTYPE.get(np.dtype(dtype))

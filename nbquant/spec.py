@@ -23,7 +23,8 @@ class QuantizeSpec:
 
     ``scale_op`` is :data:`~nbquant.element.SCALE_DIVIDE` or ``SCALE_MULTIPLY`` (a
     reciprocal scale arrives already inverted); ``zero_point_before`` adds the zero
-    point before rounding instead of after.
+    point before rounding instead of after. ``saturate`` applies to floating-point
+    formats: overflow clamps to the largest finite value instead of NaN/inf.
     """
 
     format: QuantFormat
@@ -33,6 +34,7 @@ class QuantizeSpec:
     scale_op: int
     zero_point_before: bool
     packed: bool
+    saturate: bool = True
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ __all__ = [
     "check_quant_range",
     "check_out",
     "check_choice",
+    "check_float_format_arguments",
 ]
 
 FLOAT_INPUT_DTYPES = tuple(map(np.dtype, (np.float32, np.float16, ml_dtypes.bfloat16, np.float64)))
@@ -118,6 +119,14 @@ def check_out(out, shape: tuple[int, ...], dtype: np.dtype, inputs=()) -> np.nda
             raise ValueError("out shares memory with an input; nbquant never modifies its inputs, "
                              "so pass a separate array")
     return out
+
+
+def check_float_format_arguments(fmt: QuantFormat, **integer_only) -> None:
+    """Reject integer-format arguments (zero point, quant_min/quant_max) for a floating-point format."""
+    for arg, value in integer_only.items():
+        if value is not None:
+            raise ValueError(f"{arg}={value!r} applies to integer formats only; {fmt.name} is a floating-point "
+                             f"format: leave {arg}=None")
 
 
 def check_choice(name: str, value, allowed: tuple[str, ...]) -> str:

@@ -16,7 +16,15 @@ import numpy as np
 from numba import njit, prange
 
 from .. import element
-from ..element import code_bits, code_value, dequantize_value, quantize_value, store_float
+from ..element import (
+    code_bits,
+    code_value,
+    decode_minifloat,
+    dequantize_value,
+    quantize_float_value,
+    quantize_value,
+    store_float,
+)
 from ..layout import canonical_views
 from ._views import kernel_float_view, output_float_like, row_tile
 
@@ -204,7 +212,104 @@ def dequantize_packed_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, ti
                 left -= 1
 
 
-_KERNELS = (quantize_kernel, quantize_packed_kernel, dequantize_kernel, dequantize_packed_kernel)
+@njit(inline="always")
+def _float_value(code, scale, fp):
+    return decode_minifloat(code, fp[0], fp[1], fp[6]) * np.float32(scale)
+
+
+@njit(**_KERNEL_OPTIONS)
+def quantize_float_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, tile, out):
+    """Encode ``x / scale`` (P, R, C) as floating-point codes ``out`` (P, R, C), one per byte."""
+    P, R, C = x.shape
+    ntiles = (C + tile - 1) // tile
+    for unit in prange(P * R * ntiles):
+        p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
+        g = c // bc
+        while c < end:
+            stop = min((g + 1) * bc, end)
+            s = scale[sp, sr, g]
+            xs, os = x[p, r, c:stop], out[p, r, c:stop]
+            for i in range(xs.size):
+                os[i] = quantize_float_value(xs[i], s, scale_op, fp, saturate)
+            c = stop
+            g += 1
+
+
+@njit(**_KERNEL_OPTIONS)
+def quantize_float_packed_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, tile, out):
+    """Encode ``x / scale`` (P, R, C) as 4-bit floating-point codes packed two per byte (low nibble first)."""
+    P, R, C = x.shape
+    ntiles = (C + tile - 1) // tile
+    for unit in prange(P * R * ntiles):
+        p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
+        g = c // bc
+        left = (g + 1) * bc - c
+        xs, os = x[p, r, c:end], out[p, r, c // 2:end // 2]
+        for j in range(os.size):
+            if left == 0:
+                g += 1
+                left = bc
+            c0 = quantize_float_value(xs[2 * j], scale[sp, sr, g], scale_op, fp, saturate)
+            left -= 1
+            if left == 0:
+                g += 1
+                left = bc
+            c1 = quantize_float_value(xs[2 * j + 1], scale[sp, sr, g], scale_op, fp, saturate)
+            left -= 1
+            os[j] = (c0 & 15) | ((c1 & 15) << 4)
+
+
+@njit(**_KERNEL_OPTIONS)
+def dequantize_float_kernel(q, scale, fp, bp, br, bc, tile, like, out):
+    """Decode floating-point codes ``q`` (P, R, C) times their scale into ``out``."""
+    P, R, C = q.shape
+    ntiles = (C + tile - 1) // tile
+    for unit in prange(P * R * ntiles):
+        p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
+        g = c // bc
+        while c < end:
+            stop = min((g + 1) * bc, end)
+            s = scale[sp, sr, g]
+            qs, os = q[p, r, c:stop], out[p, r, c:stop]
+            for i in range(qs.size):
+                os[i] = store_float(_float_value(qs[i], s, fp), like)
+            c = stop
+            g += 1
+
+
+@njit(**_KERNEL_OPTIONS)
+def dequantize_float_packed_kernel(q, scale, fp, bp, br, bc, tile, like, out):
+    """Decode 4-bit floating-point codes packed two per byte ``q`` (P, R, C / 2) into ``out`` (P, R, C)."""
+    P, R, C = out.shape
+    ntiles = (C + tile - 1) // tile
+    for unit in prange(P * R * ntiles):
+        p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
+        g = c // bc
+        left = (g + 1) * bc - c
+        qs, os = q[p, r, c // 2:end // 2], out[p, r, c:end]
+        for j in range(qs.size):
+            if left == 0:
+                g += 1
+                left = bc
+            os[2 * j] = store_float(_float_value(qs[j] & 15, scale[sp, sr, g], fp), like)
+            left -= 1
+            if left == 0:
+                g += 1
+                left = bc
+            os[2 * j + 1] = store_float(_float_value(qs[j] >> 4, scale[sp, sr, g], fp), like)
+            left -= 1
+
+
+_KERNELS = (
+    quantize_kernel,
+    quantize_packed_kernel,
+    dequantize_kernel,
+    dequantize_packed_kernel,
+    quantize_float_kernel,
+    quantize_float_packed_kernel,
+    dequantize_float_kernel,
+    dequantize_float_packed_kernel,
+)
 
 
 def _stamp_cache_with_element_source() -> None:
@@ -238,8 +343,12 @@ def quantize(x, scale, zero_point, spec, out) -> None:
     params = [scale, zero_point] if has_zp else [scale]
     xk = kernel_float_view(x)
     for (x3, o3), (s3, *z3), (bp, br, bc) in canonical_views(spec.layout, [xk, out], params, [1, k]):
-        zp3 = z3[0] if has_zp else _zero_points(s3, bc)
         tile = row_tile(x3.shape[2], k)
+        if fmt.is_float:
+            kernel = quantize_float_packed_kernel if spec.packed else quantize_float_kernel
+            kernel(x3, s3, spec.scale_op, fmt.fp_params, spec.saturate, bp, br, bc, tile, o3)
+            continue
+        zp3 = z3[0] if has_zp else _zero_points(s3, bc)
         args = (x3, s3, zp3, has_zp, spec.scale_op, spec.zero_point_before,
                 np.float32(spec.qmin), np.float32(spec.qmax))
         if spec.packed:
@@ -257,7 +366,11 @@ def dequantize(q, scale, zero_point, spec, out) -> None:
     like = output_float_like(spec.out_dtype)
     outk = kernel_float_view(out)
     for (q3, o3), (s3, *z3), (bp, br, bc) in canonical_views(spec.layout, [q, outk], params, [k, 1]):
-        zp3 = z3[0] if has_zp else _zero_points(s3, bc)
         tile = row_tile(o3.shape[2], k)
+        if fmt.is_float:
+            kernel = dequantize_float_packed_kernel if spec.packed else dequantize_float_kernel
+            kernel(q3, s3, fmt.fp_params, bp, br, bc, tile, like, o3)
+            continue
+        zp3 = z3[0] if has_zp else _zero_points(s3, bc)
         kernel = dequantize_packed_kernel if spec.packed else dequantize_kernel
         kernel(q3, s3, zp3, has_zp, fmt.bits, fmt.signed, bp, br, bc, tile, like, o3)

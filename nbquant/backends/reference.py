@@ -39,12 +39,26 @@ def _pack(codes: np.ndarray, bits: int) -> np.ndarray:
 
 
 @np.errstate(over="ignore")  # x / s and float64 -> float32 may overflow to inf, which then clamps
+def _float_codes(v: np.ndarray, spec) -> np.ndarray:
+    """ml_dtypes' cast of ``v`` (clipped to the largest finite value when saturating), as uint8 codes."""
+    fmt = spec.format
+    if spec.saturate:
+        v = np.clip(v, np.float32(-fmt.max_value), np.float32(fmt.max_value))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return v.astype(fmt.dtype).view(np.uint8) & np.uint8(fmt.mask)
+
+
+@np.errstate(over="ignore")  # x / s and float64 -> float32 may overflow to inf, which then clamps
 def quantize(x, scale, zero_point, spec, out) -> None:
     """Fill ``out`` (the format's unsigned storage, packed or not) with codes of ``x``."""
     fmt, layout = spec.format, spec.layout
     v = np.asarray(x, dtype=np.float32)
     s = _expand(scale, layout)
     v = v * s if spec.scale_op == SCALE_MULTIPLY else v / s
+    if fmt.is_float:
+        codes = _float_codes(v, spec)
+        out[...] = _pack(codes, fmt.bits) if spec.packed else codes
+        return
     v = np.where(np.isnan(v), np.float32(0), v)
     z = _expand(zero_point, layout) if zero_point is not None else np.float32(0)
     r = np.rint(v + z) if spec.zero_point_before else np.rint(v) + z
@@ -57,6 +71,11 @@ def quantize(x, scale, zero_point, spec, out) -> None:
 def dequantize(q, scale, zero_point, spec, out) -> None:
     """Fill ``out`` with ``(code - zero_point) * scale`` in the output float dtype."""
     fmt, layout = spec.format, spec.layout
+    if fmt.is_float:
+        codes = _unpack(q, fmt.bits) if spec.packed else q
+        values = codes.view(fmt.dtype).astype(np.float32) * _expand(scale, layout)
+        out[...] = values.astype(spec.out_dtype)
+        return
     bits = _unpack(q, fmt.bits) if spec.packed else q.astype(np.int32)
     code = bits.astype(np.int32) & np.int32(fmt.mask)
     if fmt.signed:
