@@ -48,11 +48,11 @@ def test_backend_suite_under_the_cuda_simulator():
         pytest.skip(CUDA.reason)
     env = _env(NUMBA_ENABLE_CUDASIM="1", NBQUANT_TEST_BACKENDS="cuda",
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])))
-    cmd = [sys.executable, "-m", "pytest", "tests", "-q", "-p", "_cudasim_plugin", "-p", "no:cacheprovider",
-           "-W", "ignore::pytest.PytestUnknownMarkWarning"]
+    cmd = [sys.executable, "-m", "pytest", "tests", "-q", "--tb=line", "-p", "_cudasim_plugin",
+           "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestUnknownMarkWarning"]
     start = time.perf_counter()
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    tail = "\n".join((res.stdout + res.stderr).strip().splitlines()[-40:])
+    tail = "\n".join((res.stdout + res.stderr).strip().splitlines()[-60:])
     print(f"simulator run: {time.perf_counter() - start:.0f}s\n{tail}")
     assert res.returncode == 0, f"cuda simulator run failed (rc={res.returncode}):\n{tail}"
     assert " passed" in res.stdout

@@ -29,3 +29,17 @@ def test_every_kernel_compiles_for_every_arch_without_f64_or_spills():
         pytest.skip(output.splitlines()[-1])
     assert res.returncode == 0, output
     assert "failures=0" in output and "spills: none" in output
+
+
+@pytest.mark.nosim
+def test_f64_detector_allows_only_the_float64_input_load_and_conversion():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ptx_check", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ptx = "\t.reg .f64 \t%fd<3>;\n\tld.global.f64 \t%fd1, [%rd4];\n\tcvt.rn.f32.f64 \t%f1, %fd1;\n"
+    assert mod.f64_violations(ptx, f64_input=True) == []
+    assert len(mod.f64_violations(ptx, f64_input=False)) == 3
+    add = "add.f64 \t%fd2, %fd1, %fd1;"
+    assert mod.f64_violations(ptx + "\t" + add + "\n", f64_input=True) == [add]

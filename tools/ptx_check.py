@@ -19,13 +19,14 @@ Exit status 0 when everything passes, 1 on a failure, 2 when the toolkit wheels
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import re
 import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 ARCHES = (75, 80, 89, 90, 100, 120)
@@ -76,11 +77,30 @@ def f64_violations(ptx: str, f64_input: bool) -> list[str]:
     return bad
 
 
+def _compile_signature(index: int, arches: list[int]):
+    """Worker: PTX of signature ``index`` of ``all_signatures()`` for each arch (or the error)."""
+    from numba import cuda, types
+
+    from nbquant.backends import _cuda as backend
+
+    name, sig = backend.all_signatures()[index]
+    fn = backend.kernel_function(name)
+    label = f"{name}({sig.args[0].dtype}->{sig.args[-1].dtype})"
+    per_arch = []
+    for arch in arches:
+        try:
+            ptx, _ = cuda.compile_ptx(fn, sig.args, cc=(arch // 10, arch % 10))
+            per_arch.append((arch, ptx, ""))
+        except Exception as exc:  # report every failure, then fail
+            per_arch.append((arch, "", f"{type(exc).__name__}: {exc}"))
+    return label, sig.args[0].dtype == types.float64, per_arch
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the check; see the module docstring."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", default=",".join(map(str, ARCHES)), help="comma-separated sm numbers")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel ptxas processes")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compile processes")
     args = parser.parse_args(argv)
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
         print("ptx_check: unset NUMBA_ENABLE_CUDASIM; the simulator cannot compile PTX", file=sys.stderr)
@@ -93,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ptxas = find_ptxas()
 
     import numba
-    from numba import cuda, types
+    from numba import cuda
 
     from nbquant.backends import _cuda as backend
 
@@ -104,21 +124,21 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     failures: list[str] = []
     jobs = []
+    count = len(backend.all_signatures())
     with tempfile.TemporaryDirectory() as tmp:
-        for name, sig in backend.all_signatures():
-            fn = backend.kernel_function(name)
-            f64_input = sig.args[0].dtype == types.float64
-            label = f"{name}({sig.args[0].dtype}->{sig.args[-1].dtype})"
-            for arch in arches:
-                try:
-                    ptx, _ = cuda.compile_ptx(fn, sig.args, cc=(arch // 10, arch % 10))
-                except Exception as exc:  # report every failure, then fail
-                    failures.append(f"{label} sm_{arch}: compile_ptx failed: {type(exc).__name__}: {exc}")
+        # NVVM runs per (signature, arch); spread the signatures over processes (numba's compiler is serial).
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max(1, min(args.jobs, count)), mp_context=ctx) as pool:
+            compiled = list(pool.map(_compile_signature, range(count), [arches] * count))
+        for index, (label, f64_input, per_arch) in enumerate(compiled):
+            for arch, ptx, error in per_arch:
+                if error:
+                    failures.append(f"{label} sm_{arch}: compile_ptx failed: {error}")
                     continue
                 bad = f64_violations(ptx, f64_input)
                 if bad:
                     failures.append(f"{label} sm_{arch}: {len(bad)} float64 instruction(s), e.g. {bad[:3]}")
-                path = Path(tmp) / f"{name}_{len(jobs)}_sm{arch}.ptx"
+                path = Path(tmp) / f"k{index}_sm{arch}.ptx"
                 path.write_text(ptx)
                 jobs.append((label, arch, path))
 
