@@ -260,8 +260,15 @@ def numpy_dequantize_out(p: Problem) -> Bench:
     return lambda: np.multiply(_np_view(q, p), s, out=_np_view(out, p), dtype=np.float32)
 
 
+#: Thread count requested with ``--threads`` (None: each library's default).
+_THREADS: list[int] = []
+
+
 def _torch():
-    return importlib.import_module("torch")
+    torch = importlib.import_module("torch")
+    if _THREADS and torch.get_num_threads() != _THREADS[0]:
+        torch.set_num_threads(_THREADS[0])
+    return torch
 
 
 def _torch_scale(p: Problem):
@@ -626,9 +633,12 @@ def _cpu_model() -> str:
 
 def _git_commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).parent, timeout=5)
-        return out.stdout.strip() or "unknown"
+        here = Path(__file__).parent
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=here, timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], capture_output=True, text=True,
+                               cwd=here, timeout=5).stdout.strip()
+        return (head + (" + uncommitted changes in nbquant/" if dirty else "")) or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
@@ -642,10 +652,12 @@ def machine_info() -> list[str]:
         layer = numba.threading_layer()
     except ValueError:
         layer = "not initialised"
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
     peers = [f"{m} {importlib.import_module(m).__version__}" for m in ("torch", "torchao", "onnxruntime")
              if m in sys.modules]
     return [
-        f"machine: {cores} usable cores ({os.cpu_count()} online), {_cpu_model()}, {platform.platform()}",
+        f"machine: {cores} usable cores ({os.cpu_count()} online), {_cpu_model()}, {platform.platform()}; "
+        f"load average {load} (1/5/15 min, at the end)",
         f"python {platform.python_version()}, numpy {np.__version__}, numba {numba.__version__} "
         f"(threading layer {layer}, {numba.get_num_threads()} threads), nbquant {nbquant.__version__} "
         f"(git {_git_commit()})",
@@ -697,6 +709,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--repeats", type=int, default=15, help="timed calls per contender (median reported)")
     ap.add_argument("--cases", default=None, help="comma-separated substrings of case names (default: all)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (default) or cuda")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads for numba and torch (default: theirs; 1 is steadier on a busy machine)")
     return ap
 
 
@@ -708,6 +722,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.device == "cuda" and (reason := cuda_unavailable_reason()):
         print(f"cuda benchmark skipped: {reason}")
         return 0
+    if args.threads:
+        import numba
+
+        numba.set_num_threads(args.threads)
+        _THREADS[:] = [args.threads]
     runner = run_case_cuda if args.device == "cuda" else run_case
     rows: list[Row] = []
     for n in sizes:
