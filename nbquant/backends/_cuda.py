@@ -46,7 +46,15 @@ from numba.core.errors import NumbaPerformanceWarning
 from numba.cuda.core import config as _cuda_config
 from numba.np.numpy_support import from_dtype
 
-from ..element import code_bits, code_value, dequantize_value, quantize_value, store_float
+from ..element import (
+    code_bits,
+    code_value,
+    decode_minifloat,
+    dequantize_value,
+    quantize_float_value,
+    quantize_value,
+    store_float,
+)
 from ..layout import canonical_views
 from ..validation import FLOAT_INPUT_DTYPES
 from ._views import kernel_float_view, output_float_like
@@ -249,6 +257,143 @@ def dequantize_packed_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, li
         row += np.uint64(cuda.gridDim.y)
 
 
+def quantize_float_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, out):
+    """Encode ``x / scale`` (P, R, C) as floating-point codes ``out`` (P, R, C), one per byte."""
+    R = np.uint64(x.shape[1])
+    C = np.uint64(x.shape[2])
+    rows = np.uint64(x.shape[0]) * R
+    ubp, ubr, ubc = np.uint64(bp), np.uint64(br), np.uint64(bc)
+    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
+    g_step = stride // ubc
+    o_step = stride - g_step * ubc
+    start = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
+    g_start = start // ubc
+    o_start = start - g_start * ubc
+    row = np.uint64(cuda.blockIdx.y)
+    while row < rows:
+        p = row // R
+        r = row - p * R
+        xs, ss, os = x[p, r], scale[p // ubp, r // ubr], out[p, r]
+        c = start
+        g = g_start
+        off = o_start
+        while c < C:
+            os[c] = quantize_float_value(xs[c], ss[g], scale_op, fp, saturate)
+            c += stride
+            g += g_step
+            off += o_step
+            if off >= ubc:
+                off -= ubc
+                g += _U1
+        row += np.uint64(cuda.gridDim.y)
+
+
+def quantize_float_packed_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, out):
+    """Encode ``x / scale`` (P, R, C) as 4-bit float codes packed two per byte ``out`` (P, R, C / 2), low first."""
+    R = np.uint64(x.shape[1])
+    nbytes = np.uint64(out.shape[2])
+    rows = np.uint64(x.shape[0]) * R
+    ubp, ubr, ubc = np.uint64(bp), np.uint64(br), np.uint64(bc)
+    k = np.uint64(2)
+    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
+    g_step = (stride * k) // ubc
+    o_step = stride * k - g_step * ubc
+    start = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
+    g_start = (start * k) // ubc
+    o_start = start * k - g_start * ubc
+    row = np.uint64(cuda.blockIdx.y)
+    while row < rows:
+        p = row // R
+        r = row - p * R
+        xs, ss, os = x[p, r], scale[p // ubp, r // ubr], out[p, r]
+        j = start
+        g = g_start
+        off = o_start
+        while j < nbytes:
+            c = j * k
+            g1 = g + _U1 if off + _U1 == ubc else g
+            c0 = np.int32(quantize_float_value(xs[c], ss[g], scale_op, fp, saturate))
+            c1 = np.int32(quantize_float_value(xs[c + _U1], ss[g1], scale_op, fp, saturate))
+            os[j] = (c0 & np.int32(15)) | ((c1 & np.int32(15)) << np.int32(4))
+            j += stride
+            g += g_step
+            off += o_step
+            if off >= ubc:
+                off -= ubc
+                g += _U1
+        row += np.uint64(cuda.gridDim.y)
+
+
+def dequantize_float_kernel(q, scale, fp, bp, br, bc, like, out):
+    """Decode floating-point codes ``q`` (P, R, C) times their scale into ``out``."""
+    R = np.uint64(q.shape[1])
+    C = np.uint64(q.shape[2])
+    rows = np.uint64(q.shape[0]) * R
+    ubp, ubr, ubc = np.uint64(bp), np.uint64(br), np.uint64(bc)
+    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
+    g_step = stride // ubc
+    o_step = stride - g_step * ubc
+    start = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
+    g_start = start // ubc
+    o_start = start - g_start * ubc
+    row = np.uint64(cuda.blockIdx.y)
+    while row < rows:
+        p = row // R
+        r = row - p * R
+        qs, ss, os = q[p, r], scale[p // ubp, r // ubr], out[p, r]
+        c = start
+        g = g_start
+        off = o_start
+        while c < C:
+            v = decode_minifloat(qs[c], fp[0], fp[1], fp[6]) * np.float32(ss[g])
+            os[c] = store_float(v, like)
+            c += stride
+            g += g_step
+            off += o_step
+            if off >= ubc:
+                off -= ubc
+                g += _U1
+        row += np.uint64(cuda.gridDim.y)
+
+
+def dequantize_float_packed_kernel(q, scale, fp, bp, br, bc, like, out):
+    """Decode 4-bit float codes packed two per byte ``q`` (P, R, C / 2) into ``out`` (P, R, C)."""
+    R = np.uint64(q.shape[1])
+    nbytes = np.uint64(q.shape[2])
+    rows = np.uint64(q.shape[0]) * R
+    ubp, ubr, ubc = np.uint64(bp), np.uint64(br), np.uint64(bc)
+    k = np.uint64(2)
+    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
+    g_step = (stride * k) // ubc
+    o_step = stride * k - g_step * ubc
+    start = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
+    g_start = (start * k) // ubc
+    o_start = start * k - g_start * ubc
+    row = np.uint64(cuda.blockIdx.y)
+    while row < rows:
+        p = row // R
+        r = row - p * R
+        qs, ss, os = q[p, r], scale[p // ubp, r // ubr], out[p, r]
+        j = start
+        g = g_start
+        off = o_start
+        while j < nbytes:
+            c = j * k
+            g1 = g + _U1 if off + _U1 == ubc else g
+            byte = np.int32(qs[j])
+            v0 = decode_minifloat(byte & np.int32(15), fp[0], fp[1], fp[6]) * np.float32(ss[g])
+            v1 = decode_minifloat(byte >> np.int32(4), fp[0], fp[1], fp[6]) * np.float32(ss[g1])
+            os[c] = store_float(v0, like)
+            os[c + _U1] = store_float(v1, like)
+            j += stride
+            g += g_step
+            off += o_step
+            if off >= ubc:
+                off -= ubc
+                g += _U1
+        row += np.uint64(cuda.gridDim.y)
+
+
 # ---------------------------------------------------------------------------------------------
 # Signatures: the one place that says which types each kernel is compiled for. The launcher
 # derives each launch's signature from its actual arrays through kernel_signature(); the PTX
@@ -260,6 +405,10 @@ _KERNELS = {
     "quantize_packed": quantize_packed_kernel,
     "dequantize": dequantize_kernel,
     "dequantize_packed": dequantize_packed_kernel,
+    "quantize_float": quantize_float_kernel,
+    "quantize_float_packed": quantize_float_packed_kernel,
+    "dequantize_float": dequantize_float_kernel,
+    "dequantize_float_packed": dequantize_float_packed_kernel,
 }
 
 #: Kernel-side input element types: float32, float64, float16 bits (uint16), bfloat16 bits (int16).
@@ -290,7 +439,12 @@ def kernel_signature(kernel: str, data_dtype, out_dtype):
     """
     f32, i64, b1 = types.float32, types.int64, types.boolean
     data, out, par = _arr(data_dtype), _arr(out_dtype), _arr(np.float32)
-    if kernel.startswith("quantize"):
+    fp = types.UniTuple(i64, 7)
+    if kernel.startswith("quantize_float"):
+        args = (data, par, i64, fp, b1, i64, i64, i64, out)
+    elif kernel.startswith("dequantize_float"):
+        args = (data, par, fp, i64, i64, i64, from_dtype(np.dtype(out_dtype)), out)
+    elif kernel.startswith("quantize"):
         args = (data, par, par, b1, i64, b1, f32, f32, i64, i64, i64, i64, out)
     else:
         like = from_dtype(np.dtype(out_dtype))
@@ -304,15 +458,17 @@ def all_signatures() -> list[tuple[str, object]]:
     Examples
     --------
     >>> len(all_signatures())
-    21
+    35
     """
     sigs = []
     for d in INPUT_DTYPES:
         sigs += [("quantize", kernel_signature("quantize", d, c)) for c in CODE_DTYPES]
         sigs.append(("quantize_packed", kernel_signature("quantize_packed", d, np.uint8)))
+        sigs += [(f, kernel_signature(f, d, np.uint8)) for f in ("quantize_float", "quantize_float_packed")]
     for o in OUTPUT_DTYPES:
         sigs += [("dequantize", kernel_signature("dequantize", c, o)) for c in CODE_DTYPES]
         sigs.append(("dequantize_packed", kernel_signature("dequantize_packed", np.uint8, o)))
+        sigs += [(f, kernel_signature(f, np.uint8, o)) for f in ("dequantize_float", "dequantize_float_packed")]
     return sigs
 
 
@@ -389,18 +545,10 @@ def launch_config(rows: int, items: int, simulator: bool = SIMULATOR) -> tuple[t
 
 
 def is_device(a) -> bool:
-    """Whether ``a`` lives on a CUDA device (numba device array, ``__cuda_array_interface__``, DLPack)."""
-    if a is None or isinstance(a, np.ndarray):
-        return False
-    if getattr(a, "__cuda_ndarray__", False) or hasattr(a, "__cuda_array_interface__"):
-        return True
-    device = getattr(a, "__dlpack_device__", None)
-    if device is None:
-        return False
-    try:
-        return int(device()[0]) in (2, 13)  # kDLCUDA, kDLCUDAManaged
-    except Exception:
-        return False
+    """Whether ``a`` lives on a CUDA device (see :func:`nbquant.backends.is_device_array`)."""
+    from . import is_device_array
+
+    return is_device_array(a)
 
 
 def as_device_array(a):
@@ -559,9 +707,12 @@ def quantize(x, scale, zero_point, spec, out) -> None:
     last = np.int64(fmt.bits if spec.packed else fmt.mask)
 
     def make_args(x3, s3, zp3, has_zp, blocks, o3):
+        if fmt.is_float:
+            return (x3, s3, spec.scale_op, fp, spec.saturate, *blocks, o3)
         return (x3, s3, zp3, has_zp, spec.scale_op, spec.zero_point_before, lo, hi, last, *blocks, o3)
 
-    name_ = "quantize_packed" if spec.packed else "quantize"
+    fp = tuple(int(v) for v in fmt.fp_params) if fmt.is_float else None
+    name_ = ("quantize_float" if fmt.is_float else "quantize") + ("_packed" if spec.packed else "")
     _run(name_, kernel_float_view(_numba_or_host(x)), params, out, spec, [1, k], make_args)
 
 
@@ -573,7 +724,10 @@ def dequantize(q, scale, zero_point, spec, out) -> None:
     like = output_float_like(spec.out_dtype)
 
     def make_args(q3, s3, zp3, has_zp, blocks, o3):
+        if fmt.is_float:
+            return (q3, s3, fp, *blocks, like, o3)
         return (q3, s3, zp3, has_zp, fmt.bits, fmt.signed, *blocks, like, o3)
 
-    name_ = "dequantize_packed" if spec.packed else "dequantize"
+    fp = tuple(int(v) for v in fmt.fp_params) if fmt.is_float else None
+    name_ = ("dequantize_float" if fmt.is_float else "dequantize") + ("_packed" if spec.packed else "")
     _run(name_, _numba_or_host(q), params, kernel_float_view(_numba_or_host(out)), spec, [k, 1], make_args)
