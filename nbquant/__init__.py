@@ -19,6 +19,14 @@ from .backends import (
     set_backend,
     use_backend,
 )
+from .block_formats import (
+    MX_FORMATS,
+    BlockQuantized,
+    dequantize_mx,
+    dequantize_nvfp4,
+    quantize_mx,
+    quantize_nvfp4,
+)
 from .formats import FORMATS, QuantFormat, get_format
 
 __version__ = "0.1.0"
@@ -26,6 +34,12 @@ __version__ = "0.1.0"
 __all__ = [
     "quantize",
     "dequantize",
+    "quantize_mx",
+    "dequantize_mx",
+    "quantize_nvfp4",
+    "dequantize_nvfp4",
+    "BlockQuantized",
+    "MX_FORMATS",
     "backends",
     "set_backend",
     "get_backend",

@@ -318,3 +318,33 @@ def quantize_float_value(x, scale, scale_op, fp, saturate):
     multiply = scale_op == SCALE_MULTIPLY
     v = (load_f32(x) * (s if multiply else one)) / (one if multiply else s)
     return encode_minifloat(v, fp[0], fp[1], fp[2], fp[3], fp[4], fp[5], saturate)
+
+
+@njit(inline="always")
+def abs_bits(v):
+    """``|v|`` as float32 bits: orders finite values, inf (0x7f800000) and NaN (above) as integers."""
+    return f32_bits(load_f32(v)) & 0x7FFFFFFF
+
+
+@njit(inline="always")
+def mx_scale_code(amax_bits, emax, max_mantissa, round_up):
+    """The E8M0 shared-scale code of an MX block from the bits of its ``amax``.
+
+    OCP MX v1.0: ``2**(floor(log2(amax)) - emax)`` (``round_up=False``); with
+    ``round_up`` the smallest power of two that keeps ``amax / scale`` within the
+    element format's largest value (mantissa ``max_mantissa``), so nothing clips.
+    NaN or inf in the block gives the NaN code 0xff; codes clamp to [0, 254].
+    """
+    e = amax_bits >> 23
+    code = e - emax
+    if round_up and (amax_bits & 0x7FFFFF) > max_mantissa:
+        code += 1
+    code = min(max(code, np.int64(0)), np.int64(254))
+    return np.int64(0xFF) if e == 0xFF else code
+
+
+@njit(inline="always")
+def mx_inverse_scale(code):
+    """``1 / scale`` for an E8M0 code (exact: ``2**(127 - code)``); 1.0 for the NaN code."""
+    c = np.int64(code)
+    return np.float32(1.0) if c == 0xFF else decode_e8m0(254 - c)

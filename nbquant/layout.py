@@ -64,7 +64,7 @@ class BlockLayout:
         """
         whole = self.kind in ("per-tensor", "per-channel")
         return tuple(1 if n == 0 and whole and d != self.axis else -(-n // b)
-                     for d, (n, b) in enumerate(zip(self.shape, self.block)))
+                     for d, (n, b) in enumerate(zip(self.shape, self.block, strict=True)))
 
     @property
     def num_blocks(self) -> int:
@@ -137,7 +137,7 @@ def resolve_layout(shape: tuple[int, ...], axis=None, block_size=None) -> BlockL
             raise ValueError(f"block_size={tuple(block_size)!r} has {len(block_size)} entries but the input has "
                              f"{ndim} dimension(s) {shape}; give one block length per dimension")
         block = tuple(_as_int("block_size", b) for b in block_size)
-        for d, (n, b) in enumerate(zip(shape, block)):
+        for d, (n, b) in enumerate(zip(shape, block, strict=True)):
             if b < 1 or (n > 0 and (b > n or n % b)):
                 raise ValueError(f"block_size={block!r}: entry {d} is {b}, which does not divide dimension {d} of "
                                  f"size {n}; each entry must be a divisor of its dimension (1 .. {n})")
@@ -198,7 +198,7 @@ def canonical_dims(shape: tuple[int, ...], block: tuple[int, ...]) -> list[tuple
     [(8, 2), (32, 16)]
     """
     dims: list[tuple[int, int]] = []
-    for n, b in zip(shape, block):
+    for n, b in zip(shape, block, strict=True):
         if n == 1:
             continue
         if dims:
@@ -227,9 +227,9 @@ def canonical_views(layout: BlockLayout, data: list[np.ndarray], params: list[np
     lead, inner = dims[:-3], dims[-3:]
     sizes = [n for n, _ in dims]
     grids = [-(-n // b) for n, b in dims]
-    views = [a.reshape(sizes[:-1] + [sizes[-1] // k]) for a, k in zip(data, last_divisors)]
+    views = [a.reshape(sizes[:-1] + [sizes[-1] // k]) for a, k in zip(data, last_divisors, strict=True)]
     pviews = [p.reshape(grids) for p in params]
     blocks = tuple(b for _, b in inner)
     for idx in np.ndindex(*(n for n, _ in lead)):
-        gidx = tuple(i // b for i, (_, b) in zip(idx, lead))
+        gidx = tuple(i // b for i, (_, b) in zip(idx, lead, strict=True))
         yield [v[idx] for v in views], [p[gidx] for p in pviews], blocks

@@ -9,13 +9,9 @@ element. All numerics live in :mod:`nbquant.element`.
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
 import numpy as np
 from numba import njit, prange
 
-from .. import element
 from ..element import (
     code_bits,
     code_value,
@@ -26,7 +22,9 @@ from ..element import (
     store_float,
 )
 from ..layout import canonical_views
+from ._cache import stamp_cache_with_element_source
 from ._views import kernel_float_view, output_float_like, row_tile
+from .cpu_blocks import amax, mx_dequantize, mx_quantize, nvfp4_dequantize, nvfp4_quantize  # noqa: F401
 
 name = "cpu"
 
@@ -312,20 +310,7 @@ _KERNELS = (
 )
 
 
-def _stamp_cache_with_element_source() -> None:
-    """Make the on-disk kernel cache depend on :mod:`nbquant.element` too.
-
-    Numba keys a cached kernel on its own file only, so an edit to an inlined
-    element function would silently reuse stale machine code. numba is pinned below
-    0.69, whose ``Cache`` keeps the stamp in ``_cache_file._source_stamp``.
-    """
-    extra = hashlib.sha256(Path(element.__file__).read_bytes()).digest()
-    for kernel in _KERNELS:
-        cache_file = kernel._cache._cache_file
-        cache_file._source_stamp = (cache_file._source_stamp, extra)
-
-
-_stamp_cache_with_element_source()
+stamp_cache_with_element_source(_KERNELS)
 
 _NO_ZERO_POINT = np.zeros((1, 1, 1), np.float32)
 

@@ -8,6 +8,7 @@ share no indexing code. Tests use it as the oracle.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from ..layout import BlockLayout
@@ -19,7 +20,7 @@ name = "reference"
 def _expand(grid_param: np.ndarray, layout: BlockLayout) -> np.ndarray:
     """Repeat a block-grid array to the full input shape."""
     full = grid_param
-    for d, (n, b) in enumerate(zip(layout.shape, layout.block)):
+    for d, (n, b) in enumerate(zip(layout.shape, layout.block, strict=True)):
         full = np.repeat(full, b, axis=d)[(slice(None),) * d + (slice(0, n),)]
     return full
 
@@ -83,3 +84,86 @@ def dequantize(q, scale, zero_point, spec, out) -> None:
     z = _expand(zero_point, layout) if zero_point is not None else np.float32(0)
     v = (code.astype(np.float32) - z) * _expand(scale, layout)
     out[...] = v.astype(spec.out_dtype)
+
+
+# --- scaled block formats (OCP MX, NVFP4) -------------------------------------------------------
+
+
+def _blocks(a: np.ndarray, block: int) -> np.ndarray:
+    return a.reshape(a.shape[0], a.shape[1] // block, block)
+
+
+def _block_amax(x: np.ndarray, block: int) -> np.ndarray:
+    return np.max(np.abs(_blocks(np.asarray(x, np.float32), block)), axis=-1)
+
+
+def _saturating_cast(v: np.ndarray, dtype) -> np.ndarray:
+    top = np.float32(float(ml_dtypes.finfo(dtype).max))
+    with np.errstate(invalid="ignore"):
+        return np.clip(v, -top, top).astype(dtype).view(np.uint8)
+
+
+def mx_quantize(x, spec, codes, scales) -> None:
+    """OCP MX: scale ``2**(floor(log2 amax) - emax)`` (or rounded up), elements saturated."""
+    fmt, block = spec.element, spec.block_size
+    amax = _block_amax(x, block).astype(np.float64)
+    mantissa, exponent = np.frexp(amax)  # amax = mantissa * 2**exponent, mantissa in [0.5, 1)
+    code = exponent - 1 - spec.emax + 127  # biased E8M0 exponent
+    if spec.round_up:
+        code = code + (2 * mantissa > spec.max_value / 2.0 ** spec.emax)
+    code = np.where(amax == 0, 0, np.clip(code, 0, 254))
+    code = np.where(np.isfinite(amax), code, 255)
+    scales[...] = code
+    inv_exp = np.where(code == 255, 0, 127 - code)
+    with np.errstate(over="ignore"):  # only unscaled NaN/inf blocks can overflow
+        v = np.ldexp(_blocks(np.asarray(x, np.float32), block), inv_exp[..., None].astype(np.int32))
+        v = v.astype(np.float32).reshape(codes.shape[0], -1)
+    if fmt.is_float:
+        elements = _saturating_cast(v, fmt.dtype)
+    else:
+        r = np.rint(np.where(np.isnan(v), np.float32(0), v) * np.float32(64))
+        elements = np.clip(r, -127, 127).astype(np.int8).view(np.uint8)
+    codes[...] = _pack(elements, 4) if spec.packed else elements
+
+
+@np.errstate(over="ignore")  # a float16 output may overflow to inf, as the kernels' RNE store does
+def mx_dequantize(codes, scales, spec, out) -> None:
+    """``element * 2**(scale - 127)`` (NaN for the scale code 0xff)."""
+    fmt, block = spec.element, spec.block_size
+    elements = _unpack(codes, 4) if spec.packed else codes
+    if fmt.is_float:
+        values = elements.view(fmt.dtype).astype(np.float32)
+    else:
+        values = elements.view(np.int8).astype(np.float32) * np.float32(0.015625)
+    scale = scales.view(ml_dtypes.float8_e8m0fnu).astype(np.float32)
+    out[...] = (_blocks(values, block) * scale[..., None]).reshape(out.shape).astype(spec.out_dtype)
+
+
+def nvfp4_quantize(x, spec, codes, scales) -> None:
+    """modelopt NVFP4: e4m3 block scales ``amax / (6 * global)``, e2m1 elements ``x / (scale * global)``."""
+    block, g = spec.block_size, np.float32(spec.global_scale)
+    amax = _block_amax(x, block)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s = amax / (np.float32(6) * g)
+    s = np.where(s == 0, np.float32(1), s)
+    s = np.where(np.isnan(s), s, np.maximum(s, np.float32(2.0 ** -9)))
+    scale_codes = _saturating_cast(s, ml_dtypes.float8_e4m3fn)
+    scales[...] = scale_codes
+    denom = scale_codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32) * g
+    with np.errstate(invalid="ignore", divide="ignore"):
+        v = (_blocks(np.asarray(x, np.float32), block) / denom[..., None]).reshape(x.shape[0], -1)
+    codes[...] = _pack(_saturating_cast(v, ml_dtypes.float4_e2m1fn), 4)
+
+
+@np.errstate(over="ignore")
+def nvfp4_dequantize(codes, scales, spec, out) -> None:
+    """``e2m1 * (e4m3 scale * global)``."""
+    block, g = spec.block_size, np.float32(spec.global_scale)
+    values = _unpack(codes, 4).view(ml_dtypes.float4_e2m1fn).astype(np.float32)
+    scale = scales.view(ml_dtypes.float8_e4m3fn).astype(np.float32) * g
+    out[...] = (_blocks(values, block) * scale[..., None]).reshape(out.shape).astype(spec.out_dtype)
+
+
+def amax(x) -> float:
+    """``max |x|`` as float32 (NaN if any element is NaN)."""
+    return np.float32(np.max(np.abs(np.asarray(x, np.float32)))) if np.size(x) else np.float32(0)

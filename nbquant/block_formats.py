@@ -1,0 +1,404 @@
+"""Scaled block formats: OCP Microscaling (MXFP8, MXFP6, MXFP4, MXINT8) and NVFP4.
+
+Each block of ``block_size`` consecutive elements along ``axis`` shares one scale
+that a fused kernel computes from the block's ``amax`` while it encodes the block:
+
+* **MX** (OCP MX v1.0): E8M0 scale ``X = 2**(floor(log2(amax)) - emax)`` where
+  ``emax`` is the exponent of the element format's largest normal; elements are
+  ``x / X`` encoded with saturation. ``scale_rounding="ceil"`` instead picks the
+  smallest power of two with ``amax / X <= max`` (nothing clips). A block holding
+  NaN or ±inf gets the NaN scale 0xff (its elements are encoded unscaled and
+  dequantize to NaN); an all-zero block gets code 0 (``2**-127``).
+* **NVFP4** (modelopt/TensorRT): float32 global scale ``g = amax(x) / (6 * 448)``
+  (``1.0`` for an all-zero input), E4M3 block scales ``e4m3(max(amax_b / (6 * g),
+  2**-9))`` (an exact zero becomes 1.0), e2m1 elements ``x / (scale_b * g)``
+  saturated at 6, packed two per byte, block 16.
+
+4-bit elements are packed two per byte along ``axis``, the first element in the
+low nibble. Blocks along an axis other than the last are computed on a transposed
+copy.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Literal
+
+import ml_dtypes
+import numpy as np
+import numpy.typing as npt
+
+from .backends import BackendUnavailableError, resolve_backend
+from .formats import QuantFormat, get_format
+from .validation import FLOAT_OUTPUT_DTYPES, check_choice, check_float_input
+
+__all__ = ["MX_FORMATS", "BlockQuantized", "quantize_mx", "dequantize_mx", "quantize_nvfp4", "dequantize_nvfp4"]
+
+#: MX format name → (element format, emax of the element format).
+MX_FORMATS: dict[str, tuple[str, int]] = {
+    "mxfp8_e4m3": ("float8_e4m3fn", 8),
+    "mxfp8_e5m2": ("float8_e5m2", 15),
+    "mxfp6_e2m3": ("float6_e2m3fn", 2),
+    "mxfp6_e3m2": ("float6_e3m2fn", 4),
+    "mxfp4": ("float4_e2m1fn", 2),
+    "mxint8": ("int8", 0),
+}
+_MXINT8_MAX = 127 / 64
+_NVFP4_GLOBAL_DIVISOR = np.float32(6.0 * 448.0)
+
+
+@dataclass(frozen=True)
+class BlockSpec:
+    """What a backend needs to run a block-format kernel (rows, n) with blocks along the last axis."""
+
+    element: QuantFormat
+    block_size: int
+    packed: bool
+    emax: int = 0
+    max_value: float = 0.0
+    round_up: bool = False
+    global_scale: float = 1.0
+    out_dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float32))
+
+    @property
+    def max_mantissa(self) -> int:
+        """Mantissa bits (float32) of the element format's largest value."""
+        return int(np.array([self.max_value], np.float32).view(np.uint32)[0]) & 0x7FFFFF
+
+
+@dataclass(frozen=True)
+class BlockQuantized:
+    """A thin container of a block-quantized array: codes, block scales, and how to read them.
+
+    Attributes
+    ----------
+    data : numpy.ndarray
+        Element codes: ml_dtypes arrays, int8 (MXINT8), or uint8 with two 4-bit codes per
+        byte along ``axis`` when ``packed``.
+    scales : numpy.ndarray
+        ``float8_e8m0fnu`` (MX) or ``float8_e4m3fn`` (NVFP4), the input's shape with
+        ``n / block_size`` along ``axis``.
+    format : str
+        ``"mxfp8_e4m3"``, ..., ``"mxint8"`` or ``"nvfp4"``.
+    axis, block_size : int
+        The blocked axis and the block length.
+    packed : bool
+        Whether ``data`` holds two 4-bit codes per byte.
+    global_scale : numpy.float32 or None
+        NVFP4's per-tensor scale.
+    """
+
+    data: np.ndarray
+    scales: np.ndarray
+    format: str
+    axis: int
+    block_size: int
+    packed: bool
+    global_scale: np.float32 | None = None
+
+    def dequantize(self, out_dtype: npt.DTypeLike = np.float32, backend: str | None = None) -> np.ndarray:
+        """Decode back to floats (see :func:`dequantize_mx` and :func:`dequantize_nvfp4`).
+
+        Examples
+        --------
+        >>> import numpy as np, nbquant
+        >>> x = np.linspace(-1, 1, 32, dtype=np.float32)
+        >>> bq = nbquant.quantize_mx(x, "mxfp8_e4m3")
+        >>> float(np.abs(bq.dequantize() - x).max()) < 0.04
+        True
+        """
+        if self.format == "nvfp4":
+            return dequantize_nvfp4(self.data, self.scales, self.global_scale, axis=self.axis,
+                                    block_size=self.block_size, out_dtype=out_dtype, backend=backend)
+        return dequantize_mx(self.data, self.scales, self.format, axis=self.axis, block_size=self.block_size,
+                             packed=self.packed, out_dtype=out_dtype, backend=backend)
+
+
+def _block_impl(backend: str | None, arrays, op: str):
+    impl = resolve_backend(backend, arrays)
+    if not hasattr(impl, op):
+        raise BackendUnavailableError(f"backend {impl.name!r} has no {op.split('_')[0].upper()} kernels yet; "
+                                      "use backend='cpu' or 'reference'")
+    return impl
+
+
+def _check_blocking(shape: tuple[int, ...], axis, block_size, packed: bool) -> tuple[int, int]:
+    try:
+        k = operator.index(axis)
+        b = operator.index(block_size)
+    except TypeError:
+        raise TypeError(f"axis={axis!r} and block_size={block_size!r} must be ints") from None
+    if not shape:
+        raise ValueError("block formats need an input with at least one dimension")
+    if not -len(shape) <= k < len(shape):
+        raise ValueError(f"axis={axis} is out of range for an input of {len(shape)} dimension(s)")
+    k %= len(shape)
+    if b < 1 or (packed and b % 2):
+        raise ValueError(f"block_size={b} must be a positive{' even' if packed else ''} integer")
+    if shape[k] % b:
+        pad = -shape[k] % b
+        raise ValueError(f"axis {k} has length {shape[k]}, not a multiple of block_size={b}; pad it with {pad} "
+                         f"zeros first, e.g. numpy.pad(x, [(0, {pad}) if d == {k} else (0, 0) for d in "
+                         "range(x.ndim)])")
+    return k, b
+
+
+def _to_rows(a: np.ndarray, axis: int) -> np.ndarray:
+    """``a`` with ``axis`` last, C-contiguous, as (rows, n)."""
+    moved = np.ascontiguousarray(np.moveaxis(a, axis, -1))
+    return moved.reshape(-1, moved.shape[-1]) if moved.size else moved.reshape(0, moved.shape[-1])
+
+
+def _from_rows(rows: np.ndarray, moved_shape: tuple[int, ...], axis: int) -> np.ndarray:
+    return np.ascontiguousarray(np.moveaxis(rows.reshape(moved_shape), -1, axis))
+
+
+def _moved_shape(shape: tuple[int, ...], axis: int, last: int) -> tuple[int, ...]:
+    return tuple(n for d, n in enumerate(shape) if d != axis) + (last,)
+
+
+def _mx_spec(format: str, block_size: int, packed, round_up: bool = False, out_dtype=np.float32) -> BlockSpec:
+    name = check_choice("format", format, tuple(MX_FORMATS))
+    element_name, emax = MX_FORMATS[name]
+    element = get_format(element_name)
+    if not isinstance(packed, (bool, np.bool_)):
+        raise TypeError(f"packed={packed!r} must be True or False")
+    if packed and element.bits != 4:
+        raise ValueError(f"packed=True applies to mxfp4 only; {name} has {element.bits}-bit elements")
+    max_value = _MXINT8_MAX if not element.is_float else element.max_value
+    return BlockSpec(element, block_size, bool(packed), emax, max_value, round_up, 1.0, np.dtype(out_dtype))
+
+
+def quantize_mx(
+    x: npt.ArrayLike,
+    format: Literal["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "mxint8"] = "mxfp8_e4m3",
+    *,
+    axis: int = -1,
+    block_size: int = 32,
+    scale_rounding: Literal["floor", "ceil"] = "floor",
+    packed: bool | None = None,
+    backend: str | None = None,
+) -> BlockQuantized:
+    """Quantize to an OCP Microscaling format in one fused pass per block.
+
+    Parameters
+    ----------
+    x : array_like
+        float32, float16, bfloat16 or float64 input.
+    format : str
+        ``"mxfp8_e4m3"``, ``"mxfp8_e5m2"``, ``"mxfp6_e2m3"``, ``"mxfp6_e3m2"``,
+        ``"mxfp4"`` or ``"mxint8"``.
+    axis : int
+        The axis the blocks run along (default: the last). Its length must be a
+        multiple of ``block_size``.
+    block_size : int
+        Elements per shared scale (32 in the MX specification).
+    scale_rounding : {"floor", "ceil"}
+        ``"floor"``: the specification's ``floor(log2(amax)) - emax`` (the block's
+        largest values may saturate). ``"ceil"``: round the scale up so none clip.
+    packed : bool, optional
+        MXFP4 only: two codes per byte (default True for mxfp4).
+    backend : str, optional
+        ``"cpu"`` or ``"reference"`` (``"auto"`` picks cpu).
+
+    Returns
+    -------
+    BlockQuantized
+
+    Examples
+    --------
+    >>> import numpy as np, nbquant
+    >>> bq = nbquant.quantize_mx(np.array([1.0, -3.0, 0.5, 6.0], np.float32), "mxfp4", block_size=4)
+    >>> bq.scales.astype(np.float32), bq.data
+    (array([1.], dtype=float32), array([210, 113], dtype=uint8))
+    """
+    x = check_float_input(x)
+    rounding = check_choice("scale_rounding", scale_rounding, ("floor", "ceil"))
+    name = check_choice("format", format, tuple(MX_FORMATS))
+    if packed is None:
+        packed = name == "mxfp4"
+    spec = _mx_spec(name, block_size, packed, rounding == "ceil")
+    k, b = _check_blocking(x.shape, axis, block_size, spec.packed)
+    impl = _block_impl(backend, (x,), "mx_quantize")
+    n = x.shape[k]
+    rows = _to_rows(x, k)
+    element = spec.element
+    codes = np.empty((rows.shape[0], n // 2 if spec.packed else n), np.uint8)
+    scales = np.empty((rows.shape[0], n // b), np.uint8)
+    if rows.size:
+        impl.mx_quantize(rows, spec, codes, scales)
+    data = _from_rows(codes, _moved_shape(x.shape, k, codes.shape[1]), k)
+    if not spec.packed:
+        data = data.view(element.dtype)
+    scale_arr = _from_rows(scales, _moved_shape(x.shape, k, n // b), k).view(ml_dtypes.float8_e8m0fnu)
+    return BlockQuantized(data, scale_arr, name, k, b, spec.packed)
+
+
+def _check_out_dtype(out_dtype) -> np.dtype:
+    try:
+        dt = np.dtype(out_dtype)
+    except TypeError:
+        dt = None
+    if dt not in FLOAT_OUTPUT_DTYPES:
+        raise TypeError(f"out_dtype={out_dtype!r} is not supported; use float32, float16 or ml_dtypes.bfloat16")
+    return dt
+
+
+def _check_codes(data, scales, spec: BlockSpec, axis, block_size, scale_dtype) -> tuple[np.ndarray, np.ndarray,
+                                                                                         int, int, int]:
+    data = np.asarray(data)
+    scales = np.asarray(scales)
+    expected = np.dtype(np.uint8) if spec.packed else spec.element.dtype
+    if data.dtype != expected:
+        raise TypeError(f"data has dtype {data.dtype}; {spec.element.name} codes need {expected}")
+    if scales.dtype != np.dtype(scale_dtype) and scales.dtype != np.uint8:
+        raise TypeError(f"scales has dtype {scales.dtype}; expected {np.dtype(scale_dtype)} (or its uint8 bits)")
+    k, b = _check_blocking(data.shape, axis, 1, False)
+    n = data.shape[k] * (2 if spec.packed else 1)
+    try:
+        b = operator.index(block_size)
+    except TypeError:
+        raise TypeError(f"block_size={block_size!r} must be an int") from None
+    if b < 1 or n % b:
+        raise ValueError(f"block_size={b} does not divide the unpacked length {n} of axis {k}")
+    want = data.shape[:k] + (n // b,) + data.shape[k + 1:]
+    if scales.shape != want:
+        raise ValueError(f"scales has shape {scales.shape}; data of shape {data.shape} with block_size={b} "
+                         f"along axis {k} needs scales of shape {want}")
+    return data, scales, k, b, n
+
+
+def dequantize_mx(
+    data: npt.ArrayLike,
+    scales: npt.ArrayLike,
+    format: str,
+    *,
+    axis: int = -1,
+    block_size: int = 32,
+    packed: bool | None = None,
+    out_dtype: npt.DTypeLike = np.float32,
+    backend: str | None = None,
+) -> np.ndarray:
+    """Dequantize MX codes: ``element * 2**(scale - 127)`` per block.
+
+    Parameters
+    ----------
+    data, scales : array_like
+        As returned in :class:`BlockQuantized` (scales may be their uint8 bits).
+    format, axis, block_size, packed
+        As given to :func:`quantize_mx`.
+    out_dtype : dtype
+        float32 (default), float16 or bfloat16.
+    backend : str, optional
+
+    Examples
+    --------
+    >>> import numpy as np, nbquant
+    >>> nbquant.dequantize_mx(np.array([210, 113], np.uint8), np.array([127], np.uint8), "mxfp4", block_size=4)
+    array([ 1. , -3. ,  0.5,  6. ], dtype=float32)
+    """
+    name = check_choice("format", format, tuple(MX_FORMATS))
+    spec = _mx_spec(name, 1, name == "mxfp4" if packed is None else packed, out_dtype=_check_out_dtype(out_dtype))
+    data, scales, k, b, n = _check_codes(data, scales, spec, axis, block_size, ml_dtypes.float8_e8m0fnu)
+    spec = BlockSpec(spec.element, b, spec.packed, spec.emax, spec.max_value, False, 1.0, spec.out_dtype)
+    impl = _block_impl(backend, (data,), "mx_dequantize")
+    codes = _to_rows(data.view(np.uint8), k)
+    scale_rows = _to_rows(scales.view(np.uint8), k)
+    out = np.empty((codes.shape[0], n), spec.out_dtype)
+    if out.size:
+        impl.mx_dequantize(codes, scale_rows, spec, out)
+    return _from_rows(out, _moved_shape(data.shape, k, n), k)
+
+
+def _global_scale(impl, x: np.ndarray, global_scale) -> np.float32:
+    if global_scale is None:
+        amax = np.float32(impl.amax(x))
+        return np.float32(1.0) if amax == 0 else np.float32(amax / _NVFP4_GLOBAL_DIVISOR)
+    g = np.asarray(global_scale, dtype=np.float32)
+    if g.size != 1 or not np.isfinite(g).all() or not (g > 0).all():
+        raise ValueError(f"global_scale must be one finite value > 0; got {global_scale!r}")
+    return np.float32(g.reshape(()))
+
+
+def quantize_nvfp4(
+    x: npt.ArrayLike,
+    *,
+    global_scale: float | None = None,
+    axis: int = -1,
+    block_size: int = 16,
+    backend: str | None = None,
+) -> BlockQuantized:
+    """Quantize to NVFP4: packed e2m1 codes, E4M3 block scales and a float32 global scale (modelopt numerics).
+
+    Parameters
+    ----------
+    x : array_like
+        float32, float16, bfloat16 or float64 input.
+    global_scale : float, optional
+        The per-tensor scale; default ``amax(x) / (6 * 448)`` (1.0 for an all-zero
+        input), computed by a reduction pass before the fused pass.
+    axis, block_size : int
+        Blocks of ``block_size`` (16) along ``axis`` (the last by default).
+    backend : str, optional
+
+    Returns
+    -------
+    BlockQuantized
+
+    Examples
+    --------
+    >>> import numpy as np, nbquant
+    >>> bq = nbquant.quantize_nvfp4(np.array([0.5, -1.0, 2.0, 6.0], np.float32), block_size=4)
+    >>> bq.global_scale, bq.scales.astype(np.float32), bq.data
+    (np.float32(0.002232143), array([448.], dtype=float32), array([161,  116], dtype=uint8))
+    """
+    x = check_float_input(x)
+    k, b = _check_blocking(x.shape, axis, block_size, True)
+    impl = _block_impl(backend, (x,), "nvfp4_quantize")
+    g = _global_scale(impl, x, global_scale)
+    spec = BlockSpec(get_format("float4_e2m1fn"), b, True, global_scale=g)
+    n = x.shape[k]
+    rows = _to_rows(x, k)
+    codes = np.empty((rows.shape[0], n // 2), np.uint8)
+    scales = np.empty((rows.shape[0], n // b), np.uint8)
+    if rows.size:
+        impl.nvfp4_quantize(rows, spec, codes, scales)
+    data = _from_rows(codes, _moved_shape(x.shape, k, n // 2), k)
+    scale_arr = _from_rows(scales, _moved_shape(x.shape, k, n // b), k).view(ml_dtypes.float8_e4m3fn)
+    return BlockQuantized(data, scale_arr, "nvfp4", k, b, True, g)
+
+
+def dequantize_nvfp4(
+    data: npt.ArrayLike,
+    scales: npt.ArrayLike,
+    global_scale: float,
+    *,
+    axis: int = -1,
+    block_size: int = 16,
+    out_dtype: npt.DTypeLike = np.float32,
+    backend: str | None = None,
+) -> np.ndarray:
+    """Dequantize NVFP4: ``e2m1 * (e4m3_scale * global_scale)`` per block.
+
+    Examples
+    --------
+    >>> import numpy as np, nbquant
+    >>> bq = nbquant.quantize_nvfp4(np.array([0.5, -1.0, 2.0, 6.0], np.float32), block_size=4)
+    >>> nbquant.dequantize_nvfp4(bq.data, bq.scales, bq.global_scale, block_size=4)
+    array([ 0.5, -1. ,  2. ,  6. ], dtype=float32)
+    """
+    spec = BlockSpec(get_format("float4_e2m1fn"), 1, True, out_dtype=_check_out_dtype(out_dtype))
+    data, scales, k, b, n = _check_codes(data, scales, spec, axis, block_size, ml_dtypes.float8_e4m3fn)
+    impl = _block_impl(backend, (data,), "nvfp4_dequantize")
+    g = np.asarray(global_scale, dtype=np.float32)
+    if g.size != 1:
+        raise ValueError(f"global_scale must be one value (the float32 per-tensor scale); got shape {g.shape}")
+    g = np.float32(g.reshape(()))
+    spec = BlockSpec(spec.element, b, True, global_scale=g, out_dtype=spec.out_dtype)
+    codes = _to_rows(data, k)
+    scale_rows = _to_rows(scales.view(np.uint8), k)
+    out = np.empty((codes.shape[0], n), spec.out_dtype)
+    if out.size:
+        impl.nvfp4_dequantize(codes, scale_rows, spec, out)
+    return _from_rows(out, _moved_shape(data.shape, k, n), k)
