@@ -73,6 +73,10 @@ def _shape(n: int) -> tuple[int, int]:
     return n // cols, cols
 
 
+def _is_float(dtype: str) -> bool:
+    return nbquant.get_format(dtype).is_float
+
+
 def _absmax_scale(x: np.ndarray, block: tuple[int, int], qmax: int) -> np.ndarray:
     """Symmetric scales ``absmax / qmax`` over blocks of ``x``, shaped as the block grid."""
     r, c = x.shape
@@ -135,7 +139,8 @@ def quantize_problem(n: int, rng: np.random.Generator, dtype: str, granularity: 
     """A float32 input with absmax scales, for a static quantize case."""
     shape = _shape(n)
     x = rng.standard_normal(shape, dtype=np.float32)
-    qrange = INT4 if dtype == "int4" else INT8
+    fmt = nbquant.get_format(dtype)
+    qrange = (fmt.qmin, fmt.qmax) if not _is_float(dtype) else (-fmt.max_value, fmt.max_value)
     block, kwargs = _block(shape, granularity)
     scale = _absmax_scale(x, block, qrange[1])
     kwargs = {**kwargs, "dtype": dtype, "packed": packed}
@@ -149,7 +154,7 @@ def dequantize_problem(n: int, rng: np.random.Generator, dtype: str, granularity
     p = quantize_problem(n, rng, dtype, granularity, packed)
     layout = {k: v for k, v in p.kwargs.items() if k not in ("dtype", "packed")}
     q = nbquant.quantize(p.src, p.scale, dtype, packed=packed, **layout)
-    codes = nbquant.quantize(p.src, p.scale, dtype, **layout).astype(np.int8)
+    codes = None if _is_float(dtype) else nbquant.quantize(p.src, p.scale, dtype, **layout).astype(np.int8)
     return Problem(q, np.empty(p.src.shape, np.float32), p.scale, p.block, p.qrange, p.kwargs, codes)
 
 
@@ -386,6 +391,55 @@ def ort_dequantize(p: Problem) -> Bench:
     return _ort_session(p, "DequantizeLinear", p.src)
 
 
+def _fp8(p: Problem):
+    if p.kwargs["dtype"] != "float8_e4m3fn":
+        raise NotImplementedError("e4m3fn only")
+    torch = _torch()
+    return torch, torch.from_numpy(np.ascontiguousarray(p.scale.reshape(_grid_shape(p))))
+
+
+def numpy_fp8_quantize(p: Problem) -> Bench:
+    """``clip(x / s, -max, max).astype(float8)`` with ml_dtypes (its cast gives NaN on overflow)."""
+    x, s, (lo, hi) = p.src, p.scale.reshape(_grid_shape(p)), p.qrange
+    dt = nbquant.get_format(p.kwargs["dtype"]).dtype
+    return lambda: np.clip(x / s, lo, hi).astype(dt)
+
+
+def torch_fp8_quantize(p: Problem) -> Bench:
+    """``(x / s).to(torch.float8_e4m3fn)`` (torch 2.13 saturates on overflow)."""
+    torch, s = _fp8(p)
+    x = torch.from_numpy(p.src)
+    return lambda: (x / s).to(torch.float8_e4m3fn)
+
+
+def torchao_fp8_quantize(p: Problem) -> Bench:
+    """torchao ``_quantize_affine_float8`` (clamp, then cast)."""
+    torch, s = _fp8(p)
+    prim, x = _torchao_primitives(), torch.from_numpy(p.src)
+    return lambda: prim._quantize_affine_float8(x, s, torch.float8_e4m3fn)
+
+
+def numpy_fp8_dequantize(p: Problem) -> Bench:
+    """``q.astype(float32) * s`` with ml_dtypes."""
+    q, s = p.src, p.scale.reshape(_grid_shape(p))
+    return lambda: np.multiply(q.astype(np.float32), s)
+
+
+def torch_fp8_dequantize(p: Problem) -> Bench:
+    """``q.to(torch.float32) * s``."""
+    torch, s = _fp8(p)
+    q = torch.from_numpy(p.src.view(np.uint8)).view(torch.float8_e4m3fn)
+    return lambda: q.to(torch.float32) * s
+
+
+def torchao_fp8_dequantize(p: Problem) -> Bench:
+    """torchao ``_dequantize_affine_float8``."""
+    torch, s = _fp8(p)
+    prim = _torchao_primitives()
+    q = torch.from_numpy(p.src.view(np.uint8)).view(torch.float8_e4m3fn)
+    return lambda: prim._dequantize_affine_float8(q, s)
+
+
 QUANTIZE_PEERS = (
     Peer("numpy", numpy_quantize),
     Peer("torch.quantize_per_tensor", torch_quantize_per_tensor, ("torch",)),
@@ -447,6 +501,16 @@ def _dq(dtype: str, gran: str, packed: bool = False, out: bool = False, peers=DE
     return setup, call, peers
 
 
+FP8_QUANTIZE_PEERS = (
+    Peer("numpy + ml_dtypes", numpy_fp8_quantize),
+    Peer("torch (x / s).to(fp8)", torch_fp8_quantize, ("torch",)),
+    Peer("torchao _quantize_affine_float8", torchao_fp8_quantize, ("torch", "torchao")),
+)
+FP8_DEQUANTIZE_PEERS = (
+    Peer("numpy + ml_dtypes", numpy_fp8_dequantize),
+    Peer("torch q.to(float32) * s", torch_fp8_dequantize, ("torch",)),
+    Peer("torchao _dequantize_affine_float8", torchao_fp8_dequantize, ("torch", "torchao")),
+)
 _NP_Q_OUT = (Peer("numpy (copyto out)", numpy_quantize_out),)
 _NP_DQ_OUT = (Peer("numpy (out=)", numpy_dequantize_out),)
 
@@ -459,10 +523,13 @@ CASES: list[Case] = [
     Case("q int4 g32 packed", *_q("int4", "g32", packed=True)),
     Case("q int4 g128 packed", *_q("int4", "g128", packed=True)),
     Case("q int4 g32 packed out=", *_q("int4", "g32", packed=True, out=True, peers=_NP_Q_OUT)),
+    Case("q fp8 e4m3 per-tensor", *_q("float8_e4m3fn", "tensor", peers=FP8_QUANTIZE_PEERS)),
+    Case("q fp8 e4m3 per-channel axis0", *_q("float8_e4m3fn", "axis0", peers=FP8_QUANTIZE_PEERS)),
     Case("dq int8 per-tensor", *_dq("int8", "tensor")),
     Case("dq int8 per-tensor out=", *_dq("int8", "tensor", out=True, peers=_NP_DQ_OUT)),
     Case("dq int8 per-channel axis0", *_dq("int8", "axis0")),
     Case("dq int4 g32 packed", *_dq("int4", "g32", packed=True)),
+    Case("dq fp8 e4m3 per-tensor", *_dq("float8_e4m3fn", "tensor", peers=FP8_DEQUANTIZE_PEERS)),
 ]
 
 
@@ -501,12 +568,17 @@ def _roof_kernels():
 _ROOF = []
 
 
+def _numba_view(a: np.ndarray) -> np.ndarray:
+    """ml_dtypes arrays (fp8, ...) as same-width unsigned integers, which numba can type."""
+    return a.view(f"u{a.dtype.itemsize}") if a.dtype.kind == "V" else a
+
+
 def cpu_roofline(p: Problem) -> Bench:
     """A numba parallel cast from ``p.src`` into ``p.out`` (same bytes as the case)."""
     if not _ROOF:
         _ROOF.extend(_roof_kernels())
     cast, pack2, unpack2 = _ROOF
-    src, out = p.src, p.out
+    src, out = _numba_view(p.src), _numba_view(p.out)
     if src.shape == out.shape:
         kernel = cast
     else:
@@ -551,33 +623,62 @@ class Row:
     gbps: float
     roof: float
     speedup: float
+    match: str = ""
 
 
-def _rows(case: str, n: int, nbytes: int, times: dict[str, list]) -> list[Row]:
+def _rows(case: str, n: int, nbytes: int, times: dict[str, list], matches: dict[str, str] | None = None) -> list[Row]:
     med = {k: statistics.median(v) for k, v in times.items()}
     t_nbq, t_roof = med["nbquant"], med["roofline"]
-    return [Row(case, n, k, med[k], min(v), nbytes / med[k] / 1e9, t_roof / med[k], med[k] / t_nbq)
-            for k, v in times.items()]
+    return [Row(case, n, k, med[k], min(v), nbytes / med[k] / 1e9, t_roof / med[k], med[k] / t_nbq,
+                (matches or {}).get(k, "")) for k, v in times.items()]
 
 
-def _peer_calls(case: Case, p: Problem) -> dict[str, Bench]:
-    calls = {}
+def _host(result) -> np.ndarray | None:
+    """A peer's result as a NumPy array of the stored bits or values (None when there is none)."""
+    if isinstance(result, list):  # onnxruntime
+        result = result[0]
+    if result is None or isinstance(result, np.ndarray):
+        return result.view(f"u{result.dtype.itemsize}") if result is not None and result.dtype.kind == "V" else result
+    torch = sys.modules["torch"]
+    if result.is_quantized:
+        result = result.int_repr()
+    elif result.dtype.is_floating_point and result.element_size() == 1:
+        result = result.view(torch.uint8)
+    return result.numpy()
+
+
+def compare(ref, result) -> str:
+    """``"="`` when ``result`` holds the same values (or bits) as nbquant's ``ref``, ``"≠k"`` for k mismatches."""
+    a, b = _host(ref), _host(result)
+    if a is None or b is None or a.size != b.size or a.dtype.itemsize != b.dtype.itemsize:
+        return "-"
+    if a.dtype != b.dtype:
+        a, b = a.view(f"u{a.dtype.itemsize}"), b.view(f"u{b.dtype.itemsize}")
+    bad = int(np.count_nonzero(a.reshape(-1) != b.reshape(-1)))
+    return "=" if bad == 0 else f"≠{bad}"
+
+
+def _peer_calls(case: Case, p: Problem, ref) -> tuple[dict[str, Bench], dict[str, str]]:
+    calls, matches = {}, {}
     for peer in case.peers:
         if not peer.available():
             continue
         try:
-            calls[peer.label] = peer.make(p)
-            calls[peer.label]()
+            fn = peer.make(p)
+            matches[peer.label] = compare(ref, fn())
+            calls[peer.label] = fn
         except Exception:  # noqa: BLE001 - a peer that cannot do this case is skipped
-            calls.pop(peer.label, None)
-    return calls
+            pass
+    return calls, matches
 
 
 def run_case(case: Case, n: int, repeats: int, seed: int = 0) -> list[Row]:
     """Time nbquant, the roofline and every available peer on ``case`` at ``n`` elements (CPU)."""
     p = case.setup(n, np.random.default_rng(seed))
-    calls = {"nbquant": case.nbquant(p, None), "roofline": cpu_roofline(p), **_peer_calls(case, p)}
-    return _rows(case.name, n, p.nbytes, interleaved(calls, repeats))
+    nbq = case.nbquant(p, None)
+    peers, matches = _peer_calls(case, p, nbq())
+    calls = {"nbquant": nbq, "roofline": cpu_roofline(p), **peers}
+    return _rows(case.name, n, p.nbytes, interleaved(calls, repeats), matches)
 
 
 # --------------------------------------------------------------------------- cuda
@@ -668,11 +769,12 @@ def machine_info() -> list[str]:
 
 def format_table(rows: Sequence[Row]) -> str:
     """The result table as fixed-width text."""
-    head = f"{'case':<28} {'n':>9} {'impl':<30} {'median ms':>10} {'best ms':>9} {'GB/s':>7} {'%roof':>6} {'nbq x':>7}"
+    head = (f"{'case':<30} {'n':>5} {'impl':<33} {'median ms':>10} {'best ms':>9} {'GB/s':>6} {'%roof':>6} "
+            f"{'nbq x':>6} {'same':>6}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r.case:<28} {_pow2(r.n):>9} {r.impl:<30} {r.median * 1e3:>10.3f} {r.best * 1e3:>9.3f} "
-                     f"{r.gbps:>7.1f} {r.roof:>6.0%} {r.speedup:>7.2f}")
+        lines.append(f"{r.case:<30} {_pow2(r.n):>5} {r.impl:<33} {r.median * 1e3:>10.3f} {r.best * 1e3:>9.3f} "
+                     f"{r.gbps:>6.1f} {r.roof:>6.0%} {r.speedup:>6.2f} {r.match:>6}")
     return "\n".join(lines)
 
 
@@ -737,7 +839,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{case.name} at {_pow2(n)}: skipped ({type(exc).__name__}: {exc})")
     print("\n".join(machine_info()))
     print(f"device {args.device}; {args.repeats} interleaved repeats, medians; %roof = t_roofline / t; "
-          "nbq x = t / t_nbquant; GB/s = (bytes read + written) / median")
+          "nbq x = t / t_nbquant; GB/s = (bytes read + written) / median;\n"
+          "same: '=' same codes/values as nbquant, '≠k' k elements differ, '-' not comparable "
+          "(unpacked int4, no result)")
     print(format_table(rows))
     return 0
 
