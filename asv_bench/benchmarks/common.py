@@ -69,6 +69,10 @@ SCHEMES = {
     "int4_g128_packed": ("int4", "g128", True),
     "uint4_g32_packed": ("uint4", "g32", True),
     "int4_g32": ("int4", "g32", False),
+    "fp8_e4m3_per_tensor": ("float8_e4m3fn", "tensor", False),
+    "fp8_e4m3_per_channel_axis0": ("float8_e4m3fn", "axis0", False),
+    "fp8_e5m2_per_tensor": ("float8_e5m2", "tensor", False),
+    "fp4_e2m1_g32_packed": ("float4_e2m1fn", "g32", True),
 }
 
 
@@ -101,8 +105,10 @@ def layout_kwargs(granularity: str, shp: tuple[int, int]) -> tuple[dict, tuple[i
 
 
 def qparams(dtype: str) -> tuple[float, float]:
-    """``(zero_point, qmax - zero_point)`` used to derive symmetric scales (unsigned: mid zero point)."""
+    """``(zero_point, largest code - zero_point)`` for symmetric scales (unsigned: mid zero point)."""
     fmt = nbquant.get_format(dtype)
+    if getattr(fmt, "is_float", False):
+        return 0.0, float(fmt.max_value)
     if fmt.signed:
         return 0.0, float(fmt.qmax)
     mid = float((fmt.qmax + 1) // 2)
