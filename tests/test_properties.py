@@ -7,6 +7,7 @@ run under the CUDA simulator, where one element costs microseconds.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 from _helpers import INPUT_DTYPES, INT_FORMATS, OUTPUT_DTYPES, dequantize_both, quantize_both
@@ -19,7 +20,9 @@ from nbquant.formats import FORMATS
 from nbquant.layout import param_grid, resolve_layout
 
 MAX_ELEMENTS = 600
-PROPERTY = settings(max_examples=120, deadline=None,
+#: ``NBQUANT_HYPOTHESIS_EXAMPLES=5000`` turns the properties into a longer bug hunt.
+EXAMPLES = int(os.environ.get("NBQUANT_HYPOTHESIS_EXAMPLES", "120"))
+PROPERTY = settings(max_examples=EXAMPLES, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 #: Scales that make ties (powers of two), classic decimal scales whose reciprocal is inexact,
