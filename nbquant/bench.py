@@ -158,6 +158,41 @@ def dequantize_problem(n: int, rng: np.random.Generator, dtype: str, granularity
     return Problem(q, np.empty(p.src.shape, np.float32), p.scale, p.block, p.qrange, p.kwargs, codes)
 
 
+def mx_problem(n: int, rng: np.random.Generator, fmt: str) -> Problem:
+    """A float32 input for a fused block-format quantize (``"mxfp4"``, ``"mxfp8_e4m3"``, ``"nvfp4"``, ...)."""
+    x = rng.standard_normal(_shape(n), dtype=np.float32)
+    r = _mx_quantize(x, fmt)
+    return Problem(x, np.empty_like(r.data), np.ones((1, 1), np.float32), (1, r.block_size), (0, 0),
+                   {"dtype": fmt, "packed": r.packed, "block_formats": r})
+
+
+def mx_dequantize_problem(n: int, rng: np.random.Generator, fmt: str) -> Problem:
+    """Codes and block scales of a random input, for a block-format dequantize."""
+    p = mx_problem(n, rng, fmt)
+    r = p.kwargs["block_formats"]
+    return Problem(r.data, np.empty(p.src.shape, np.float32), p.scale, p.block, p.qrange, p.kwargs)
+
+
+def _mx_quantize(x, fmt: str, backend: str | None = None):
+    if fmt == "nvfp4":
+        return nbquant.quantize_nvfp4(x, backend=backend)
+    return nbquant.quantize_mx(x, fmt, backend=backend)
+
+
+def nbq_mx_quantize(p: Problem, backend: str | None = None) -> Bench:
+    """``nbquant.quantize_mx`` / ``quantize_nvfp4`` (fused amax, scale and encode; no ``out=``)."""
+    x, fmt = p.src, p.kwargs["dtype"]
+    return lambda: _mx_quantize(x, fmt, backend)
+
+
+def nbq_mx_dequantize(p: Problem, backend: str | None = None) -> Bench:
+    """``nbquant.dequantize_mx`` / ``dequantize_nvfp4`` into a fresh float32 array."""
+    r, data, fmt = p.kwargs["block_formats"], p.src, p.kwargs["dtype"]
+    if fmt == "nvfp4":
+        return lambda: nbquant.dequantize_nvfp4(data, r.scales, r.global_scale, backend=backend)
+    return lambda: nbquant.dequantize_mx(data, r.scales, fmt, backend=backend)
+
+
 # --------------------------------------------------------------------------- nbquant calls
 
 
@@ -501,6 +536,19 @@ def _dq(dtype: str, gran: str, packed: bool = False, out: bool = False, peers=DE
     return setup, call, peers
 
 
+_TORCHAO_MX = {"mxfp4": "float4_e2m1fn_x2", "mxfp8_e4m3": "float8_e4m3fn", "mxfp8_e5m2": "float8_e5m2"}
+
+
+def torchao_to_mx(p: Problem) -> Bench:
+    """torchao ``prototype.mx_formats.mx_tensor.to_mx`` (floor scale, like OCP MX), returns (scales, data)."""
+    torch = _torch()
+    to_mx = importlib.import_module("torchao.prototype.mx_formats.mx_tensor").to_mx
+    elem = getattr(torch, _TORCHAO_MX[p.kwargs["dtype"]])
+    x, block = torch.from_numpy(p.src), p.block[1]
+    return lambda: to_mx(x, elem, block)
+
+
+MX_QUANTIZE_PEERS = (Peer("torchao to_mx", torchao_to_mx, ("torch", "torchao")),)
 FP8_QUANTIZE_PEERS = (
     Peer("numpy + ml_dtypes", numpy_fp8_quantize),
     Peer("torch (x / s).to(fp8)", torch_fp8_quantize, ("torch",)),
@@ -511,6 +559,13 @@ FP8_DEQUANTIZE_PEERS = (
     Peer("torch q.to(float32) * s", torch_fp8_dequantize, ("torch",)),
     Peer("torchao _dequantize_affine_float8", torchao_fp8_dequantize, ("torch", "torchao")),
 )
+def _mx(fmt: str, peers=(), dequantize: bool = False) -> tuple:
+    def setup(n, rng):
+        return (mx_dequantize_problem if dequantize else mx_problem)(n, rng, fmt)
+
+    return setup, nbq_mx_dequantize if dequantize else nbq_mx_quantize, peers
+
+
 _NP_Q_OUT = (Peer("numpy (copyto out)", numpy_quantize_out),)
 _NP_DQ_OUT = (Peer("numpy (out=)", numpy_dequantize_out),)
 
@@ -530,6 +585,10 @@ CASES: list[Case] = [
     Case("dq int8 per-channel axis0", *_dq("int8", "axis0")),
     Case("dq int4 g32 packed", *_dq("int4", "g32", packed=True)),
     Case("dq fp8 e4m3 per-tensor", *_dq("float8_e4m3fn", "tensor", peers=FP8_DEQUANTIZE_PEERS)),
+    Case("q mxfp4 (dynamic, block 32)", *_mx("mxfp4", MX_QUANTIZE_PEERS)),
+    Case("q mxfp8 e4m3 (dynamic, blk 32)", *_mx("mxfp8_e4m3", MX_QUANTIZE_PEERS)),
+    Case("q nvfp4 (dynamic, block 16)", *_mx("nvfp4")),
+    Case("dq mxfp4 (block 32)", *_mx("mxfp4", dequantize=True)),
 ]
 
 
@@ -637,6 +696,10 @@ def _host(result) -> np.ndarray | None:
     """A peer's result as a NumPy array of the stored bits or values (None when there is none)."""
     if isinstance(result, list):  # onnxruntime
         result = result[0]
+    if isinstance(result, tuple):  # torchao to_mx: (scales, data)
+        result = result[1]
+    if hasattr(result, "scales") and hasattr(result, "block_size"):  # nbquant BlockQuantized
+        result = result.data
     if result is None or isinstance(result, np.ndarray):
         return result.view(f"u{result.dtype.itemsize}") if result is not None and result.dtype.kind == "V" else result
     torch = sys.modules["torch"]
