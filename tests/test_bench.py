@@ -23,9 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 ASV_DIR = ROOT / "asv_bench"
 HAVE_ASV = importlib.util.find_spec("asv") is not None
 #: One benchmark per capability module: quantize (allocating and out= via setup),
-#: packed and float-format quantize plus dequantize (SQNR round trips), dequantize out=, import time.
+#: packed, float-format and block-format quantize plus dequantize (SQNR round trips), dequantize out=,
+#: import time.
 ASV_SMOKE = (r"QuantizeStatic\.time_quantize\b|QuantizePacked\.track_sqnr|Dequantize\.time_dequantize_out"
-             r"|QuantizeFloat\.track_sqnr|timeraw_import_nbquant")
+             r"|QuantizeFloat\.track_sqnr|BlockFormats\.track_sqnr|timeraw_import_nbquant")
 
 
 def _run(args: list[str], cwd: Path, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
@@ -78,4 +79,4 @@ def test_asv_quick_dry_run(tmp_path):
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     assert "failed" not in out.lower(), out
-    assert out.count(" ok") >= 4 and "timeraw_import_nbquant" in out, out
+    assert out.count(" ok") >= 5 and "timeraw_import_nbquant" in out, out
