@@ -206,8 +206,6 @@ def test_zero_dimensional_input(backend):
     assert q.shape == () and int(q) == -8
 
 
-@pytest.mark.xfail(strict=True, reason="nbquant.backends.device_code_input uses np.ascontiguousarray, which turns "
-                                       "a 0-d q into shape (1,)")
 def test_zero_dimensional_dequantize(backend):
     d = dequantize_both(backend, np.int8(-3), 0.5)
     assert d.shape == () and float(d) == -1.5

@@ -215,7 +215,7 @@ def device_float_input(x, name: str = "x"):
 
 def device_code_input(q, name: str = "q"):
     """Return a zero-copy numba device array of CUDA codes ``q`` (host arrays: C-contiguous NumPy)."""
-    return _cuda_module().device_code_input(q, name) if is_device_array(q) else np.ascontiguousarray(q)
+    return _cuda_module().device_code_input(q, name) if is_device_array(q) else np.asarray(q, order="C")
 
 
 def device_result(out, shape: tuple[int, ...], dtype, inputs=()):
