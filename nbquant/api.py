@@ -12,11 +12,11 @@ from .formats import QuantFormat, get_format
 from .layout import resolve_layout
 from .spec import SCALE_DIVIDE, SCALE_MULTIPLY, DequantizeSpec, QuantizeSpec
 from .validation import (
-    FLOAT_OUTPUT_DTYPES,
     check_choice,
     check_float_format_arguments,
     check_float_input,
     check_out,
+    check_out_dtype,
     check_quant_range,
     check_scale,
     check_zero_point,
@@ -223,12 +223,7 @@ def dequantize(
     device = is_device_array(q) or is_device_array(out)  # CUDA arrays stay on the device (cuda backend)
     q = device_code_input(q)
     fmt, packed = _code_format(q, dtype)
-    try:
-        out_dt = np.dtype(out_dtype)
-    except TypeError:
-        out_dt = None
-    if out_dt not in FLOAT_OUTPUT_DTYPES:
-        raise TypeError(f"out_dtype={out_dtype!r} is not supported; use float32, float16 or ml_dtypes.bfloat16")
+    out_dt = check_out_dtype(out_dtype)
     shape = q.shape[:-1] + (q.shape[-1] * fmt.codes_per_byte,) if packed else q.shape
     layout = resolve_layout(shape, axis, block_size)
     s = check_scale(scale, layout)

@@ -31,7 +31,7 @@ import numpy.typing as npt
 
 from .backends import BackendUnavailableError, resolve_backend
 from .formats import QuantFormat, get_format
-from .validation import FLOAT_OUTPUT_DTYPES, check_choice, check_float_input
+from .validation import check_choice, check_float_input, check_out_dtype
 
 __all__ = ["MX_FORMATS", "BlockQuantized", "quantize_mx", "dequantize_mx", "quantize_nvfp4", "dequantize_nvfp4"]
 
@@ -158,6 +158,28 @@ def _moved_shape(shape: tuple[int, ...], axis: int, last: int) -> tuple[int, ...
     return tuple(n for d, n in enumerate(shape) if d != axis) + (last,)
 
 
+def _run_block_quantize(kernel, x: np.ndarray, spec: BlockSpec, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Run a fused block-quantize ``kernel`` with blocks along ``axis``; return (codes, scale codes) as uint8."""
+    n, b = x.shape[axis], spec.block_size
+    rows = _to_rows(x, axis)
+    codes = np.empty((rows.shape[0], n // 2 if spec.packed else n), np.uint8)
+    scales = np.empty((rows.shape[0], n // b), np.uint8)
+    if rows.size:
+        kernel(rows, spec, codes, scales)
+    return (_from_rows(codes, _moved_shape(x.shape, axis, codes.shape[1]), axis),
+            _from_rows(scales, _moved_shape(x.shape, axis, n // b), axis))
+
+
+def _run_block_dequantize(kernel, data: np.ndarray, scales: np.ndarray, spec: BlockSpec, axis: int,
+                          n: int) -> np.ndarray:
+    """Run a block-dequantize ``kernel`` with blocks along ``axis`` (unpacked length ``n``)."""
+    codes = _to_rows(data.view(np.uint8), axis)
+    out = np.empty((codes.shape[0], n), spec.out_dtype)
+    if out.size:
+        kernel(codes, _to_rows(scales.view(np.uint8), axis), spec, out)
+    return _from_rows(out, _moved_shape(data.shape, axis, n), axis)
+
+
 def _mx_spec(format: str, block_size: int, packed, round_up: bool = False, out_dtype=np.float32) -> BlockSpec:
     name = check_choice("format", format, tuple(MX_FORMATS))
     element_name, emax = MX_FORMATS[name]
@@ -221,28 +243,10 @@ def quantize_mx(
     spec = _mx_spec(name, block_size, packed, rounding == "ceil")
     k, b = _check_blocking(x.shape, axis, block_size, spec.packed)
     impl = _block_impl(backend, (x,), "mx_quantize")
-    n = x.shape[k]
-    rows = _to_rows(x, k)
-    element = spec.element
-    codes = np.empty((rows.shape[0], n // 2 if spec.packed else n), np.uint8)
-    scales = np.empty((rows.shape[0], n // b), np.uint8)
-    if rows.size:
-        impl.mx_quantize(rows, spec, codes, scales)
-    data = _from_rows(codes, _moved_shape(x.shape, k, codes.shape[1]), k)
+    data, scales = _run_block_quantize(impl.mx_quantize, x, spec, k)
     if not spec.packed:
-        data = data.view(element.dtype)
-    scale_arr = _from_rows(scales, _moved_shape(x.shape, k, n // b), k).view(ml_dtypes.float8_e8m0fnu)
-    return BlockQuantized(data, scale_arr, name, k, b, spec.packed)
-
-
-def _check_out_dtype(out_dtype) -> np.dtype:
-    try:
-        dt = np.dtype(out_dtype)
-    except TypeError:
-        dt = None
-    if dt not in FLOAT_OUTPUT_DTYPES:
-        raise TypeError(f"out_dtype={out_dtype!r} is not supported; use float32, float16 or ml_dtypes.bfloat16")
-    return dt
+        data = data.view(spec.element.dtype)
+    return BlockQuantized(data, scales.view(ml_dtypes.float8_e8m0fnu), name, k, b, spec.packed)
 
 
 def _check_codes(data, scales, spec: BlockSpec, axis, block_size, scale_dtype) -> tuple[np.ndarray, np.ndarray,
@@ -299,16 +303,11 @@ def dequantize_mx(
     array([ 1. , -3. ,  0.5,  6. ], dtype=float32)
     """
     name = check_choice("format", format, tuple(MX_FORMATS))
-    spec = _mx_spec(name, 1, name == "mxfp4" if packed is None else packed, out_dtype=_check_out_dtype(out_dtype))
+    spec = _mx_spec(name, 1, name == "mxfp4" if packed is None else packed, out_dtype=check_out_dtype(out_dtype))
     data, scales, k, b, n = _check_codes(data, scales, spec, axis, block_size, ml_dtypes.float8_e8m0fnu)
     spec = BlockSpec(spec.element, b, spec.packed, spec.emax, spec.max_value, False, 1.0, spec.out_dtype)
     impl = _block_impl(backend, (data,), "mx_dequantize")
-    codes = _to_rows(data.view(np.uint8), k)
-    scale_rows = _to_rows(scales.view(np.uint8), k)
-    out = np.empty((codes.shape[0], n), spec.out_dtype)
-    if out.size:
-        impl.mx_dequantize(codes, scale_rows, spec, out)
-    return _from_rows(out, _moved_shape(data.shape, k, n), k)
+    return _run_block_dequantize(impl.mx_dequantize, data, scales, spec, k, n)
 
 
 def _global_scale(impl, x: np.ndarray, global_scale) -> np.float32:
@@ -358,15 +357,8 @@ def quantize_nvfp4(
     impl = _block_impl(backend, (x,), "nvfp4_quantize")
     g = _global_scale(impl, x, global_scale)
     spec = BlockSpec(get_format("float4_e2m1fn"), b, True, global_scale=g)
-    n = x.shape[k]
-    rows = _to_rows(x, k)
-    codes = np.empty((rows.shape[0], n // 2), np.uint8)
-    scales = np.empty((rows.shape[0], n // b), np.uint8)
-    if rows.size:
-        impl.nvfp4_quantize(rows, spec, codes, scales)
-    data = _from_rows(codes, _moved_shape(x.shape, k, n // 2), k)
-    scale_arr = _from_rows(scales, _moved_shape(x.shape, k, n // b), k).view(ml_dtypes.float8_e4m3fn)
-    return BlockQuantized(data, scale_arr, "nvfp4", k, b, True, g)
+    data, scales = _run_block_quantize(impl.nvfp4_quantize, x, spec, k)
+    return BlockQuantized(data, scales.view(ml_dtypes.float8_e4m3fn), "nvfp4", k, b, True, g)
 
 
 def dequantize_nvfp4(
@@ -388,7 +380,7 @@ def dequantize_nvfp4(
     >>> nbquant.dequantize_nvfp4(bq.data, bq.scales, bq.global_scale, block_size=4)
     array([ 0.5, -1. ,  2. ,  6. ], dtype=float32)
     """
-    spec = BlockSpec(get_format("float4_e2m1fn"), 1, True, out_dtype=_check_out_dtype(out_dtype))
+    spec = BlockSpec(get_format("float4_e2m1fn"), 1, True, out_dtype=check_out_dtype(out_dtype))
     data, scales, k, b, n = _check_codes(data, scales, spec, axis, block_size, ml_dtypes.float8_e4m3fn)
     impl = _block_impl(backend, (data,), "nvfp4_dequantize")
     g = np.asarray(global_scale, dtype=np.float32)
@@ -396,9 +388,4 @@ def dequantize_nvfp4(
         raise ValueError(f"global_scale must be one value (the float32 per-tensor scale); got shape {g.shape}")
     g = np.float32(g.reshape(()))
     spec = BlockSpec(spec.element, b, True, global_scale=g, out_dtype=spec.out_dtype)
-    codes = _to_rows(data, k)
-    scale_rows = _to_rows(scales.view(np.uint8), k)
-    out = np.empty((codes.shape[0], n), spec.out_dtype)
-    if out.size:
-        impl.nvfp4_dequantize(codes, scale_rows, spec, out)
-    return _from_rows(out, _moved_shape(data.shape, k, n), k)
+    return _run_block_dequantize(impl.nvfp4_dequantize, data, scales, spec, k, n)

@@ -19,6 +19,7 @@ __all__ = [
     "check_quant_range",
     "check_out",
     "check_choice",
+    "check_out_dtype",
     "check_float_format_arguments",
 ]
 
@@ -127,6 +128,17 @@ def check_float_format_arguments(fmt: QuantFormat, **integer_only) -> None:
         if value is not None:
             raise ValueError(f"{arg}={value!r} applies to integer formats only; {fmt.name} is a floating-point "
                              f"format: leave {arg}=None")
+
+
+def check_out_dtype(out_dtype) -> np.dtype:
+    """Check a dequantize ``out_dtype``: float32, float16 or bfloat16."""
+    try:
+        dt = np.dtype(out_dtype)
+    except TypeError:
+        dt = None
+    if dt not in FLOAT_OUTPUT_DTYPES:
+        raise TypeError(f"out_dtype={out_dtype!r} is not supported; use float32, float16 or ml_dtypes.bfloat16")
+    return dt
 
 
 def check_choice(name: str, value, allowed: tuple[str, ...]) -> str:
