@@ -72,6 +72,10 @@ class Scheme:
         Whether the scale and zero point come from ``[min, max]`` instead of ``amax``.
     divisor : float
         ``scale = amax / divisor`` for symmetric schemes.
+    block_format : str or None
+        ``"mx"`` or ``"nvfp4"``: a scaled block format whose kernel computes its own
+        scales (:func:`nbquant.quantize_mx`, :func:`nbquant.quantize_nvfp4`); ``dtype``
+        is then the MX format name.
     """
 
     name: str
@@ -80,6 +84,7 @@ class Scheme:
     kwargs: dict[str, Any] = field(default_factory=dict)
     asymmetric: bool = False
     divisor: float = 1.0
+    block_format: str | None = None
 
 
 @dataclass(frozen=True)
@@ -174,7 +179,7 @@ def schemes(cols: int = DEFAULT_SIZE[1]) -> list[Scheme]:
     --------
     >>> [s.name for s in schemes(4096)]  # doctest: +NORMALIZE_WHITESPACE
     ['int8 per-tensor', 'int8 per-channel', 'uint8 asym per-tensor', 'int4 group packed',
-     'int4 onnx blocked', 'int2 per-channel']
+     'int4 onnx blocked', 'int2 per-channel', 'fp8 e4m3 per-channel', 'mxfp8 e4m3', 'mxfp4', 'nvfp4']
     >>> schemes(64)[3].layout
     'block_size=(1, 64), packed'
     """
@@ -191,7 +196,24 @@ def schemes(cols: int = DEFAULT_SIZE[1]) -> list[Scheme]:
                {"block_size": (1, g), "packed": True}, divisor=7.5),
         Scheme("int4 onnx blocked", "int4", f"axis=1, block_size={b}", {"axis": 1, "block_size": b}, divisor=7),
         Scheme("int2 per-channel", "int2", "axis=0", {"axis": 0}, divisor=1),
+        Scheme("fp8 e4m3 per-channel", "float8_e4m3fn", "axis=0", {"axis": 0}, divisor=448),
+        *_block_schemes(cols),
     ]
+
+
+def _block_schemes(cols: int) -> list[Scheme]:
+    """MX (blocks of 32) and NVFP4 (blocks of 16) schemes, when the column count allows them."""
+    blocks = [Scheme("mxfp8 e4m3", "mxfp8_e4m3", "block 32, E8M0 scale", {"block_size": 32}, block_format="mx"),
+              Scheme("mxfp4", "mxfp4", "block 32, E8M0, packed", {"block_size": 32}, block_format="mx"),
+              Scheme("nvfp4", "nvfp4", "block 16, E4M3, packed", {"block_size": 16},
+                     block_format="nvfp4")]
+    return [s for s in blocks if cols % s.kwargs["block_size"] == 0]
+
+
+def _block_quantize(x: np.ndarray, scheme: Scheme, backend: str) -> nbquant.BlockQuantized:
+    if scheme.block_format == "mx":
+        return nbquant.quantize_mx(x, scheme.dtype, backend=backend, **scheme.kwargs)
+    return nbquant.quantize_nvfp4(x, backend=backend, **scheme.kwargs)
 
 
 def _block_reduce(ufunc: np.ufunc, x: np.ndarray, kwargs: dict[str, Any]) -> np.ndarray:
@@ -302,6 +324,9 @@ def run_demo(
     if x is None:
         x = make_weights(rows, cols, seed)
     for scheme in schemes(x.shape[1]):
+        if scheme.block_format:
+            yield from _run_block_scheme(x, scheme, names, repeats)
+            continue
         scale, zp = scheme_params(x, scheme)
         kw = dict(scheme.kwargs, zero_point=zp)
         dq_kw = {k: v for k, v in kw.items() if k != "packed"}
@@ -327,6 +352,26 @@ def run_demo(
                 bytes_moved=moved,
                 equals_reference=_same_bits(codes, ref),
             )
+
+
+def _run_block_scheme(x: np.ndarray, scheme: Scheme, backends: list[str], repeats: int) -> Iterator[DemoRow]:
+    """Like :func:`run_demo`'s loop, for a block format: the kernel computes the scales too."""
+    ref = _block_quantize(x, scheme, "reference")
+    for backend in backends:
+        bq, first = _timed(lambda b=backend: _block_quantize(x, scheme, b))
+        times = [_timed(lambda b=backend: _block_quantize(x, scheme, b))[1] for _ in range(repeats)]
+        back = bq.dequantize(backend=backend)
+        yield DemoRow(
+            scheme=scheme.name,
+            layout=scheme.layout,
+            backend=backend,
+            sqnr_db=sqnr_db(x, back),
+            max_abs_error=float(np.max(np.abs(x - back))),
+            first_call_s=first,
+            median_s=float(np.median(times)),
+            bytes_moved=x.nbytes + bq.data.nbytes + bq.scales.nbytes,
+            equals_reference=_same_bits(bq.data, ref.data) and _same_bits(bq.scales, ref.scales),
+        )
 
 
 def _cpu_model() -> str:

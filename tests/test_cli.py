@@ -157,7 +157,7 @@ def test_weights_are_deterministic_heavy_tailed_and_per_row():
 @pytest.mark.parametrize("cols", [2, 64, 96, 100, 4096])
 def test_scheme_params_fit_every_layout(cols):
     x = demo.make_weights(6, cols)
-    for scheme in demo.schemes(cols):
+    for scheme in (s for s in demo.schemes(cols) if s.block_format is None):  # block formats scale themselves
         scale, zp = demo.scheme_params(x, scheme)
         assert scale.dtype == np.float32 and np.all(np.isfinite(scale) & (scale > 0))
         codes = nbquant.quantize(x, scale, scheme.dtype, zero_point=zp, backend="reference", **scheme.kwargs)
