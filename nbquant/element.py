@@ -348,3 +348,107 @@ def mx_inverse_scale(code):
     """``1 / scale`` for an E8M0 code (exact: ``2**(127 - code)``); 1.0 for the NaN code."""
     c = np.int64(code)
     return np.float32(1.0) if c == 0xFF else decode_e8m0(254 - c)
+
+
+# --- dynamic quantization and amax-based (modelopt) quantizers (nbquant.dynamic, nbquant.modelopt_ops) ----------
+
+#: modelopt's "amax is zero" threshold, ``2**-24``.
+AMAX_TINY = np.float32(2.0 ** -24)
+
+
+@njit(inline="always")
+def order_key(v):
+    """An int64 key whose integer order is the float order of ``v`` (-0.0 below +0.0; NaN beyond ±inf).
+
+    Integer min/max reductions over these keys vectorize where float ones do not.
+    """
+    b = f32_bits(load_f32(v))
+    return (b & 0x7FFFFFFF) ^ (0 - (b >> 31))
+
+
+@njit(inline="always")
+def key_f32(key):
+    """The float32 of an :func:`order_key` (exact inverse)."""
+    k = np.int64(key)
+    return bits_f32(k if k >= 0 else ((-k - 1) | 0x80000000))
+
+
+@njit(inline="always")
+def affine_qparams(mn, mx, mapping, qmin, qmax, half_range, eps, zp_sym):
+    """torchao ``choose_qparams_affine`` for one block from its ``min`` and ``max`` (float32).
+
+    ``mapping``: 0 symmetric ``s = max(-min_neg, max_pos) / half_range``; 1 asymmetric
+    ``s = (max_pos - min_neg) / (qmax - qmin)``, ``zp = clamp(qmin - rne(min_neg / s))``;
+    2 symmetric_no_clipping_err ``s = max(min_neg / qmin, max_pos / qmax)``; then
+    ``s = max(s, eps)``. ``min_neg = min(mn, 0)``, ``max_pos = max(mx, 0)``. A NaN
+    min or max gives a NaN scale (torch propagates NaN) and zero point ``qmin``
+    (asymmetric) or ``zp_sym``. Returns ``(scale, zero_point)`` as float32.
+    """
+    zero = np.float32(0.0)
+    lo = np.float32(qmin)
+    hi = np.float32(qmax)
+    a = np.float32(mn)
+    b = np.float32(mx)
+    nan = a != a or b != b
+    min_neg = zero if a >= zero else a
+    max_pos = zero if b <= zero else b
+    if mapping == 0:
+        s = max(-min_neg, max_pos) / np.float32(half_range)
+    elif mapping == 2:
+        smin = min_neg / lo
+        smax = max_pos / hi
+        s = smin if smin > smax else smax
+    else:
+        s = (max_pos - min_neg) / (hi - lo)
+    s = max(s, np.float32(eps))
+    z = np.float32(zp_sym)
+    if mapping == 1:
+        r = rint_f32(min_neg / s)
+        r = zero if r != r else r
+        z = min(max(lo - r, lo), hi)
+    if nan:
+        s = bits_f32(0x7FC00000)
+        z = lo if mapping == 1 else z
+    return s, z
+
+
+@njit(inline="always")
+def amax_scales(amax, maxbound):
+    """modelopt's integer-path scales from ``amax``: ``(S_quant, S_dequant)``.
+
+    ``S = maxbound / amax``; where ``amax <= 2**-24`` the quantizing multiplier is 0
+    and the dequantizing divisor 1 (so finite values quantize to 0), as in
+    ``tensor_quant._tensor_quant``. NaN amax gives NaN scales.
+    """
+    a = np.float32(amax)
+    s = np.float32(maxbound) / a
+    tiny = a <= AMAX_TINY
+    return (np.float32(0.0) if tiny else s), (np.float32(1.0) if tiny else s)
+
+
+@njit(inline="always")
+def amax_code(x, s, qmin, qmax):
+    """``clamp(rne(x * s), qmin, qmax)`` in float32; NaN propagates (torch.clamp keeps NaN)."""
+    v = rint_f32(load_f32(x) * np.float32(s))
+    c = min(max(v, np.float32(qmin)), np.float32(qmax))
+    return v if v != v else c
+
+
+@njit(inline="always")
+def e4m3_scales(amax, maxval):
+    """modelopt ``scaled_e4m3`` scales: ``S = fl(fl(1 / amax) * maxval)`` (amax <= 2**-24 read as 1) and ``fl(1 / S)``."""
+    a = np.float32(amax)
+    a = np.float32(1.0) if a <= AMAX_TINY else a
+    s = (np.float32(1.0) / a) * np.float32(maxval)
+    return s, np.float32(1.0) / s
+
+
+@njit(inline="always")
+def scaled_minifloat_fake(x, s, inv_s, maxval, fp):
+    """``decode(encode(clamp(x * s, -maxval, maxval))) * inv_s`` (NaN stays NaN): modelopt's fp8 fake quant."""
+    m = np.float32(maxval)
+    v = load_f32(x) * np.float32(s)
+    c = min(max(v, -m), m)
+    c = v if v != v else c
+    code = encode_minifloat(c, fp[0], fp[1], fp[2], fp[3], fp[4], fp[5], True)
+    return decode_minifloat(code, fp[0], fp[1], fp[6]) * np.float32(inv_s)
