@@ -1,13 +1,14 @@
 """The CUDA backend: ``numba.cuda.jit`` kernels over the same element functions as the CPU backend.
 
-This is the only module of nbquant that imports :mod:`numba.cuda`; it is imported
+This module (with its private sibling ``_cuda_blocks``, imported only from here) is the
+only place nbquant imports :mod:`numba.cuda`; it is imported
 lazily, the first time the ``cuda`` backend runs (or a CUDA device array is passed).
 Depend on it through the ``cuda`` extra (``pip install 'nbquant[cuda]'``, which
 brings ``numba-cuda``).
 
 Kernels
 -------
-Four kernels, one launch each per canonical block layout (one launch per call for
+Element kernels (eight), one launch each per canonical block layout (one launch per call for
 every layout of at most three canonical dimensions, which is every granularity
 nbquant offers except ``block_size`` tuples that leave four or more unmergeable
 dimensions):
@@ -15,6 +16,13 @@ dimensions):
 * :func:`quantize_kernel` / :func:`dequantize_kernel`: one code per element.
 * :func:`quantize_packed_kernel` / :func:`dequantize_packed_kernel`: one byte
   (``8 // bits`` codes) per work item.
+* the ``quantize_float*`` / ``dequantize_float*`` kernels: the same for fp8/fp6/fp4.
+
+The scaled block formats (OCP MX, NVFP4: fused amax + scale + encode, one thread per
+scale block) and the ``amax`` reduction live in the private sibling
+:mod:`nbquant.backends._cuda_blocks`, imported only from here; their entry points
+(``mx_quantize``, ``mx_dequantize``, ``nvfp4_quantize``, ``nvfp4_dequantize``, ``amax``)
+are re-exported below, and their signatures are part of :func:`all_signatures`.
 
 All numerics are :mod:`nbquant.element` calls (``quantize_value``, ``code_bits``,
 ``code_value``, ``dequantize_value``, ``store_float``, ``load_f32`` through
@@ -458,7 +466,7 @@ def all_signatures() -> list[tuple[str, object]]:
     Examples
     --------
     >>> len(all_signatures())
-    35
+    53
     """
     sigs = []
     for d in INPUT_DTYPES:
@@ -469,7 +477,7 @@ def all_signatures() -> list[tuple[str, object]]:
         sigs += [("dequantize", kernel_signature("dequantize", c, o)) for c in CODE_DTYPES]
         sigs.append(("dequantize_packed", kernel_signature("dequantize_packed", np.uint8, o)))
         sigs += [(f, kernel_signature(f, np.uint8, o)) for f in ("dequantize_float", "dequantize_float_packed")]
-    return sigs
+    return sigs + _cuda_blocks.all_block_signatures()
 
 
 def kernel_function(kernel: str):
@@ -731,3 +739,14 @@ def dequantize(q, scale, zero_point, spec, out) -> None:
     fp = tuple(int(v) for v in fmt.fp_params) if fmt.is_float else None
     name_ = ("dequantize_float" if fmt.is_float else "dequantize") + ("_packed" if spec.packed else "")
     _run(name_, _numba_or_host(q), params, kernel_float_view(_numba_or_host(out)), spec, [k, 1], make_args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scaled block formats (OCP MX, NVFP4) and amax: kernels and entry points in _cuda_blocks.
+# ---------------------------------------------------------------------------------------------
+
+from . import _cuda_blocks  # noqa: E402  (it uses the helpers above through this module)
+from ._cuda_blocks import amax, mx_dequantize, mx_quantize, nvfp4_dequantize, nvfp4_quantize  # noqa: E402
+
+_KERNELS.update(_cuda_blocks.KERNELS)
+__all__ += ["mx_quantize", "mx_dequantize", "nvfp4_quantize", "nvfp4_dequantize", "amax"]
