@@ -1,0 +1,309 @@
+"""Dynamic quantization: choose the scale and zero point from the data, and quantize in one fused pass.
+
+:func:`choose_qparams` reproduces torchao's ``choose_qparams_affine`` (0.18) or
+modelopt's amax scale for any nbquant granularity; :func:`quantize_dynamic` computes
+the same qparams and the codes in one pass over the input where every block lies in
+one row (per-row, per-group, ONNX blocked along the last axis), or a reduction pass
+then a quantize pass (per-tensor, per-channel, 2-D blocks). The result is bit for bit
+``quantize(x, scale, dtype, zero_point=zp, scale_op=...)`` with the returned qparams.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from .backends import resolve_backend
+from .formats import QuantFormat, get_format
+from .layout import BlockLayout, resolve_layout
+from .spec import SCALE_DIVIDE, SCALE_MULTIPLY, QuantizeSpec
+from .validation import check_choice, check_float_input, check_quant_range
+
+__all__ = ["choose_qparams", "quantize_dynamic", "Mapping", "DynamicSpec"]
+
+Mapping = Literal["symmetric", "asymmetric", "symmetric_no_clipping_err", "modelopt"]
+_MAPPINGS = ("symmetric", "asymmetric", "symmetric_no_clipping_err", "modelopt")
+#: torchao 0.18's default eps: float32's smallest normal.
+DEFAULT_EPS = float(np.finfo(np.float32).smallest_normal)
+
+
+@dataclass(frozen=True)
+class DynamicSpec:
+    """A validated dynamic-quantization call, as the backends see it.
+
+    ``mapping``: 0 symmetric, 1 asymmetric, 2 symmetric_no_clipping_err, 3 modelopt.
+    ``use_minmax``: the block reduction needs min and max (else the absmax suffices).
+    ``reciprocal``: quantize with ``x * fl(1 / scale)``; ``scale_op`` is the
+    :data:`~nbquant.spec.SCALE_DIVIDE` / ``SCALE_MULTIPLY`` code of the static quantize.
+    """
+
+    format: QuantFormat
+    layout: BlockLayout
+    mapping: int
+    qmin: int
+    qmax: int
+    half_range: float
+    eps: float
+    zp_sym: int
+    maxbound: float
+    scale_op: int
+    reciprocal: bool
+    packed: bool
+
+    @property
+    def use_minmax(self) -> bool:
+        return self.mapping in (1, 2)
+
+    @property
+    def quantize_spec(self) -> QuantizeSpec:
+        op = SCALE_MULTIPLY if self.reciprocal else self.scale_op
+        return QuantizeSpec(self.format, self.layout, self.qmin, self.qmax, op, False, self.packed, True)
+
+    @property
+    def public_scale_op(self) -> str:
+        """The ``scale_op`` to pass to :func:`nbquant.quantize` with the returned scale."""
+        if self.reciprocal:
+            return "reciprocal"
+        return "multiply" if self.scale_op == SCALE_MULTIPLY else "divide"
+
+
+def _check_eps(eps) -> float:
+    if eps is None:
+        return DEFAULT_EPS
+    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, (int, float, np.integer, np.floating)):
+        raise TypeError(f"eps={eps!r} must be a float")
+    e = float(np.float32(eps))
+    if not (np.isfinite(e) and e > 0):
+        raise ValueError(f"eps={eps!r} must be finite and > 0 as a float32 (torchao's default is "
+                         f"{DEFAULT_EPS!r}, float32's smallest normal)")
+    return e
+
+
+def make_spec(x_shape, dtype, axis, block_size, mapping, quant_min, quant_max, eps, scale_op, narrow_range,
+              packed) -> DynamicSpec:
+    """Validate the dynamic-quantization arguments (shared by :func:`choose_qparams` and :func:`quantize_dynamic`)."""
+    fmt = get_format(dtype)
+    if fmt.is_float:
+        raise ValueError(f"dtype={fmt.name!r} is a floating-point format; choose_qparams and quantize_dynamic "
+                         "compute integer qparams (int8, uint8, int16, uint16, int4, uint4, int2, uint2). For "
+                         "scaled fp8 use nbquant.scaled_fake_quant or nbquant.quantize_mx")
+    layout = resolve_layout(x_shape, axis, block_size)
+    name = check_choice("mapping", mapping, _MAPPINGS)
+    code = _MAPPINGS.index(name)
+    if narrow_range is None:
+        narrow_range = code == 3
+    if not isinstance(narrow_range, (bool, np.bool_)):
+        raise TypeError(f"narrow_range={narrow_range!r} must be True, False or None")
+    if narrow_range and (quant_min is not None):
+        raise ValueError(f"narrow_range=True sets quant_min=-quant_max; do not also pass quant_min={quant_min!r}")
+    qmin, qmax = check_quant_range(fmt, quant_min, quant_max)
+    if narrow_range and fmt.signed:
+        qmin = -qmax
+    if code == 2 and not (qmin < 0 < qmax):
+        raise ValueError(f"mapping='symmetric_no_clipping_err' needs quant_min < 0 < quant_max; got "
+                         f"[{qmin}, {qmax}] for {fmt.name}: use a signed format or mapping='symmetric'")
+    if code == 3:
+        if quant_max is not None or (quant_min is not None):
+            raise ValueError("mapping='modelopt' takes its range from the format and narrow_range; "
+                             f"leave quant_min/quant_max unset (got {quant_min!r}, {quant_max!r})")
+        if scale_op not in (None, "multiply"):
+            raise ValueError(f"scale_op={scale_op!r} is not allowed with mapping='modelopt', whose scale is a "
+                             "multiplier (maxbound / amax); use scale_op='multiply' or leave it unset")
+        op, reciprocal = SCALE_MULTIPLY, False
+    else:
+        op_name = check_choice("scale_op", "reciprocal" if scale_op is None else scale_op, ("reciprocal", "divide"))
+        op, reciprocal = SCALE_DIVIDE, op_name == "reciprocal"
+    if not isinstance(packed, (bool, np.bool_)):
+        raise TypeError(f"packed={packed!r} must be True or False")
+    if packed:
+        from .api import _check_packed
+
+        _check_packed(packed, fmt, layout.shape[-1])
+    return DynamicSpec(fmt, layout, code, qmin, qmax, (qmax - qmin) / 2, _check_eps(eps),
+                       int((qmax + qmin + 1) / 2), float(qmax), op, reciprocal, bool(packed))
+
+
+def _param_shape(layout: BlockLayout, block_size) -> tuple[int, ...]:
+    """Per-tensor → (); per-channel → (n,); ONNX blocked → the grid; torchao tuple → the squeezed grid."""
+    if layout.kind == "per-tensor":
+        return ()
+    if layout.kind == "per-channel":
+        return (layout.grid[layout.axis],)
+    if layout.kind == "blocked":
+        return layout.grid
+    return tuple(g for g in layout.grid if g != 1)
+
+
+def _backend_op(backend, x, op: str):
+    impl = resolve_backend(backend, (x,))
+    module = {"cpu": "nbquant.backends.cpu_dynamic", "reference": "nbquant.backends.reference_dynamic"}.get(impl.name)
+    if module is None or not hasattr(importlib.import_module(module), op):
+        from .backends import BackendUnavailableError
+
+        raise BackendUnavailableError(f"backend {impl.name!r} has no {op} kernels yet; use backend='cpu' or "
+                                      "'reference'")
+    return impl, importlib.import_module(module)
+
+
+def choose_qparams(
+    x: npt.ArrayLike,
+    dtype: str | npt.DTypeLike,
+    *,
+    axis: int | None = None,
+    block_size: int | tuple[int, ...] | None = None,
+    mapping: Mapping = "symmetric",
+    quant_min: int | None = None,
+    quant_max: int | None = None,
+    eps: float | None = None,
+    narrow_range: bool | None = None,
+    scale_op: Literal["reciprocal", "divide", "multiply"] | None = None,
+    backend: str | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Choose float32 scales and int32 zero points from the data, one per block.
+
+    Parameters
+    ----------
+    x : array_like
+        float32, float16, bfloat16 or float64 input (computed in float32).
+    dtype : str or dtype
+        Integer format: ``"int8"``, ``"uint8"``, ``"int16"``, ``"uint16"``, ``"int4"``,
+        ``"uint4"``, ``"int2"``, ``"uint2"``.
+    axis, block_size
+        Granularity, as in :func:`nbquant.quantize` (per-tensor, per-channel,
+        ONNX blocked, torchao tuple ``block_size``).
+    mapping : {"symmetric", "asymmetric", "symmetric_no_clipping_err", "modelopt"}
+        torchao's mappings (``min_neg = min(min, 0)``, ``max_pos = max(max, 0)``):
+        symmetric ``s = max(-min_neg, max_pos) / ((qmax - qmin) / 2)`` (amax / 127.5
+        for int8), zero point ``int((qmax + qmin + 1) / 2)``; asymmetric
+        ``s = (max_pos - min_neg) / (qmax - qmin)``, ``zp = clamp(qmin - rne(min_neg / s))``;
+        symmetric_no_clipping_err ``s = max(min_neg / qmin, max_pos / qmax)``. Then
+        ``s = max(s, eps)``. ``"modelopt"``: the multiplier ``s = maxbound / amax``
+        (1.0 where ``amax <= 2**-24``), zero point 0, narrow range by default.
+    quant_min, quant_max : int, optional
+        Range inside the format (torchao's ``quant_min``/``quant_max``).
+    eps : float, optional
+        Scale floor; default float32's smallest normal (torchao 0.18; torchao <= 0.17
+        used ``float32 eps`` = 1.1920929e-07).
+    narrow_range : bool, optional
+        Signed range ``[-qmax, qmax]``; default True for ``"modelopt"``, else False.
+    scale_op : {"reciprocal", "divide", "multiply"}, optional
+        How :func:`quantize_dynamic` applies the scale and what to pass to
+        :func:`nbquant.quantize`: ``"reciprocal"`` (torchao's ``x * fl(1 / s)``, the
+        default), ``"divide"``; ``"multiply"`` (the only choice for ``"modelopt"``).
+    backend : str, optional
+
+    Returns
+    -------
+    scale : numpy.ndarray
+        float32: 0-d per-tensor, ``(n,)`` per-channel, the block grid for an int
+        ``block_size``, the squeezed grid for a tuple ``block_size`` (torchao).
+    zero_point : numpy.ndarray
+        int32, same shape.
+
+    Notes
+    -----
+    A block holding NaN gets a NaN scale (torchao propagates NaN) and zero point
+    ``qmin`` (asymmetric) or the symmetric zero point; a block holding ±inf gets an
+    inf scale. Such scales are not accepted by :func:`nbquant.quantize`;
+    :func:`quantize_dynamic` maps those blocks to their zero point.
+
+    Examples
+    --------
+    >>> import numpy as np, nbquant
+    >>> x = np.array([[-1.0, 0.5], [2.0, 4.0]], np.float32)
+    >>> s, zp = nbquant.choose_qparams(x, "int8", axis=0)
+    >>> s, zp
+    (array([0.00784314, 0.03137255], dtype=float32), array([0, 0], dtype=int32))
+    >>> s, zp = nbquant.choose_qparams(x, "uint8", mapping="asymmetric")
+    >>> float(s), int(zp)
+    (0.019607843831181526, 51)
+    """
+    x = check_float_input(x)
+    spec = make_spec(x.shape, dtype, axis, block_size, mapping, quant_min, quant_max, eps, scale_op, narrow_range,
+                     False)
+    shape = _param_shape(spec.layout, block_size)
+    scale = np.empty(spec.layout.grid, np.float32)
+    zp = np.empty(spec.layout.grid, np.int32)
+    if x.size == 0:
+        scale[...] = np.float32(spec.eps) if spec.mapping != 3 else np.float32(1)
+        zp[...] = spec.qmin if spec.mapping == 1 else (0 if spec.mapping == 3 else spec.zp_sym)
+    else:
+        _, mod = _backend_op(backend, x, "choose_qparams")
+        mod.choose_qparams(x, spec, scale, zp)
+    return scale.reshape(shape), zp.reshape(shape)
+
+
+def quantize_dynamic(
+    x: npt.ArrayLike,
+    dtype: str | npt.DTypeLike,
+    *,
+    axis: int | None = None,
+    block_size: int | tuple[int, ...] | None = None,
+    mapping: Mapping = "symmetric",
+    quant_min: int | None = None,
+    quant_max: int | None = None,
+    eps: float | None = None,
+    narrow_range: bool | None = None,
+    scale_op: Literal["reciprocal", "divide", "multiply"] | None = None,
+    packed: bool = False,
+    backend: str | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Quantize with qparams chosen from the data: one fused pass where blocks lie in one row.
+
+    Parameters
+    ----------
+    x, dtype, axis, block_size, mapping, quant_min, quant_max, eps, narrow_range, scale_op, backend
+        As in :func:`choose_qparams`.
+    packed : bool
+        Sub-byte formats: codes packed along the last axis as in :func:`nbquant.quantize`.
+
+    Returns
+    -------
+    codes : numpy.ndarray
+        As :func:`nbquant.quantize` returns them.
+    scale, zero_point : numpy.ndarray
+        As :func:`choose_qparams` returns them. ``nbquant.quantize(x, scale, dtype,
+        zero_point=zero_point, axis=axis, block_size=block_size, quant_min=...,
+        scale_op=...)`` gives the same codes bit for bit (finite inputs).
+
+    Notes
+    -----
+    Blocks holding NaN or ±inf quantize to their zero point (their scale is NaN or
+    inf, see :func:`choose_qparams`). Elsewhere NaN → zero point and ±inf → the
+    bounds, as in :func:`nbquant.quantize`.
+
+    Examples
+    --------
+    >>> import numpy as np, nbquant
+    >>> x = np.array([[0.1, -0.4, 0.2, 0.3], [1.0, 2.0, -3.0, 7.5]], np.float32)
+    >>> q, s, zp = nbquant.quantize_dynamic(x, "int4", axis=1, block_size=4, packed=True)
+    >>> q, s.ravel()
+    (array([[ 34,  70],
+           [ 33, 103]], dtype=uint8), array([0.05333334, 1.        ], dtype=float32))
+    """
+    x = check_float_input(x)
+    spec = make_spec(x.shape, dtype, axis, block_size, mapping, quant_min, quant_max, eps, scale_op, narrow_range,
+                     packed)
+    fmt = spec.format
+    shape = x.shape[:-1] + (x.shape[-1] // fmt.codes_per_byte,) if spec.packed else x.shape
+    codes = np.empty(shape, np.uint8 if spec.packed else fmt.dtype)
+    scale = np.empty(spec.layout.grid, np.float32)
+    zp = np.empty(spec.layout.grid, np.int32)
+    if x.size == 0:
+        s, z = choose_qparams(x, dtype, axis=axis, block_size=block_size, mapping=mapping, quant_min=quant_min,
+                              quant_max=quant_max, eps=eps, narrow_range=narrow_range, scale_op=scale_op)
+        return codes, s, z
+    impl, mod = _backend_op(backend, x, "quantize_dynamic")
+    store = codes.view(np.uint8 if spec.packed else fmt.storage)
+    if not mod.quantize_dynamic(x, spec, store, scale, zp):
+        from .backends.reference_dynamic import quantize_with_qparams
+
+        mod.choose_qparams(x, spec, scale, zp)
+        with np.errstate(divide="ignore"):
+            quantize_with_qparams(impl.quantize, x, spec, store, scale, zp)
+    pshape = _param_shape(spec.layout, block_size)
+    return codes, scale.reshape(pshape), zp.reshape(pshape)
