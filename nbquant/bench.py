@@ -807,8 +807,11 @@ def _git_commit() -> str:
         return "unknown"
 
 
-def machine_info() -> list[str]:
-    """Lines describing the machine and the software (call after the first parallel call)."""
+def machine_info(commit: str | None = None) -> list[str]:
+    """Lines describing the machine and the software (call after the first parallel call).
+
+    ``commit`` is the git state taken when the run started (default: now).
+    """
     import numba
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -824,7 +827,7 @@ def machine_info() -> list[str]:
         f"load average {load} (1/5/15 min, at the end)",
         f"python {platform.python_version()}, numpy {np.__version__}, numba {numba.__version__} "
         f"(threading layer {layer}, {numba.get_num_threads()} threads), nbquant {nbquant.__version__} "
-        f"(git {_git_commit()})",
+        f"(git {commit or _git_commit()} at the start)",
         f"peers: {', '.join(peers) or 'none installed'}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}"
         + (" (an OpenMP runtime was loaded before nbquant.bench: it may not apply)" if _OPENMP_PRELOADED else ""),
     ]
@@ -884,6 +887,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*deprecated")
     cases, sizes = select_cases(args.cases), parse_sizes(args.sizes)
+    commit = _git_commit()
     if args.device == "cuda" and (reason := cuda_unavailable_reason()):
         print(f"cuda benchmark skipped: {reason}")
         return 0
@@ -900,7 +904,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows.extend(runner(case, n, args.repeats))
             except Exception as exc:  # noqa: BLE001 - report and go on with the other cases
                 print(f"{case.name} at {_pow2(n)}: skipped ({type(exc).__name__}: {exc})")
-    print("\n".join(machine_info()))
+    print("\n".join(machine_info(commit)))
     print(f"device {args.device}; {args.repeats} interleaved repeats, medians; %roof = t_roofline / t; "
           "nbq x = t / t_nbquant; GB/s = (bytes read + written) / median;\n"
           "same: '=' same codes/values as nbquant, '≠k' k elements differ, '-' not comparable "
