@@ -35,11 +35,12 @@ def _check_packed(packed, fmt: QuantFormat, last_dim: int) -> bool:
         raise TypeError(f"packed={packed!r} must be True or False")
     if packed:
         if not fmt.packable:
-            raise ValueError(f"packed=True needs a sub-byte format (int4, uint4, int2, uint2); dtype is {fmt.name}")
-        k = fmt.codes_per_byte
+            raise ValueError(f"packed=True needs a 2-, 4- or 6-bit format (int4, uint4, int2, uint2, float4_e2m1fn, "
+                             f"float6_*); dtype is {fmt.name}")
+        k, nbytes = fmt.pack_group
         if last_dim % k:
-            raise ValueError(f"packed=True stores {k} {fmt.name} codes per byte along the last axis, whose length "
-                             f"{last_dim} is not a multiple of {k}; pad the last axis to a multiple of {k}")
+            raise ValueError(f"packed=True stores {k} {fmt.name} codes in {nbytes} byte(s) along the last axis, whose "
+                             f"length {last_dim} is not a multiple of {k}; pad the last axis to a multiple of {k}")
     return bool(packed)
 
 
@@ -144,7 +145,7 @@ def quantize(
     zp = check_zero_point(zero_point, layout, fmt, integral=order == "after_rounding")
     qmin, qmax = check_quant_range(fmt, quant_min, quant_max)
     packed = _check_packed(packed, fmt, layout.shape[-1])
-    shape = x.shape[:-1] + (x.shape[-1] // fmt.codes_per_byte,) if packed else x.shape
+    shape = x.shape[:-1] + (fmt.packed_length(x.shape[-1]),) if packed else x.shape
     out_dtype = np.dtype(np.uint8) if packed else fmt.dtype
     if device:
         result = device_result(out, shape, out_dtype, inputs=(x,))
@@ -158,6 +159,14 @@ def quantize(
     if x.size:
         impl.quantize(x, s, zp, spec, result.view(np.uint8 if packed else fmt.storage))
     return result
+
+
+def _unpacked_length(fmt: QuantFormat, nbytes: int) -> int:
+    codes, group_bytes = fmt.pack_group
+    if nbytes % group_bytes:
+        raise ValueError(f"q holds packed {fmt.name} codes in groups of {group_bytes} bytes, but its last axis has "
+                         f"{nbytes} bytes, not a multiple of {group_bytes}")
+    return nbytes // group_bytes * codes
 
 
 def _code_format(q: np.ndarray, dtype) -> tuple[QuantFormat, bool]:
@@ -224,7 +233,7 @@ def dequantize(
     q = device_code_input(q)
     fmt, packed = _code_format(q, dtype)
     out_dt = check_out_dtype(out_dtype)
-    shape = q.shape[:-1] + (q.shape[-1] * fmt.codes_per_byte,) if packed else q.shape
+    shape = q.shape[:-1] + (_unpacked_length(fmt, q.shape[-1]),) if packed else q.shape
     layout = resolve_layout(shape, axis, block_size)
     s = check_scale(scale, layout)
     if fmt.is_float:

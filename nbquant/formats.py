@@ -86,8 +86,22 @@ class QuantFormat:
 
     @property
     def packable(self) -> bool:
-        """Whether ``packed=True`` is supported: 4-bit and 2-bit formats, several codes per byte."""
-        return self.bits in (2, 4)
+        """Whether ``packed=True`` is supported: 2-, 4- and 6-bit formats."""
+        return self.bits in (2, 4, 6)
+
+    @property
+    def pack_group(self) -> tuple[int, int]:
+        """``(codes, bytes)`` of one packed group: 4 codes in 1 byte (2-bit), 2 in 1 (4-bit), 4 in 3 (6-bit).
+
+        Codes fill a little-endian bit stream: code ``i`` of a group occupies bits
+        ``[bits * i, bits * (i + 1))``, byte ``b`` holds bits ``[8b, 8b + 8)``.
+        """
+        return {2: (4, 1), 4: (2, 1), 6: (4, 3)}.get(self.bits, (1, 1))
+
+    def packed_length(self, n: int) -> int:
+        """Bytes that ``n`` packed codes take (``n`` a multiple of ``pack_group[0]``)."""
+        codes, nbytes = self.pack_group
+        return n // codes * nbytes
 
     @property
     def codes_per_byte(self) -> int:

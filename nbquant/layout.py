@@ -213,11 +213,12 @@ def canonical_dims(shape: tuple[int, ...], block: tuple[int, ...]) -> list[tuple
     return dims
 
 
-def canonical_views(layout: BlockLayout, data: list[np.ndarray], params: list[np.ndarray], last_divisors: list[int]):
+def canonical_views(layout: BlockLayout, data: list[np.ndarray], params: list[np.ndarray], last_divisors: list):
     """Yield ``(data3, params3, (bp, br, bc))`` for kernels over the canonical layout.
 
     ``data`` are C-contiguous arrays of the input's shape, except that array ``i``'s
-    last dimension is divided by ``last_divisors[i]`` (packed codes). ``params`` are
+    last dimension is packed by ``last_divisors[i]``: an int ``k`` (``k`` codes per
+    byte) or a ``(codes, bytes)`` pair (see ``QuantFormat.pack_group``). ``params`` are
     block-grid arrays (see :func:`param_grid`). Each yielded item holds 3-D views
     ``(P, R, C / divisor)`` and ``(GP, GR, GC)``; when more than three dimensions
     remain after :func:`canonical_dims`, the extra leading ones are iterated here.
@@ -227,7 +228,8 @@ def canonical_views(layout: BlockLayout, data: list[np.ndarray], params: list[np
     lead, inner = dims[:-3], dims[-3:]
     sizes = [n for n, _ in dims]
     grids = [-(-n // b) for n, b in dims]
-    views = [a.reshape(sizes[:-1] + [sizes[-1] // k]) for a, k in zip(data, last_divisors, strict=True)]
+    groups = [k if isinstance(k, tuple) else (k, 1) for k in last_divisors]
+    views = [a.reshape(sizes[:-1] + [sizes[-1] // k * m]) for a, (k, m) in zip(data, groups, strict=True)]
     pviews = [p.reshape(grids) for p in params]
     blocks = tuple(b for _, b in inner)
     for idx in np.ndindex(*(n for n, _ in lead)):

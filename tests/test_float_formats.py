@@ -135,3 +135,30 @@ def test_every_float32_bit_pattern(name):
         with np.errstate(over="ignore", invalid="ignore"):
             expected = x.astype(fmt.dtype)
         assert_same_bits(nbquant.quantize(x, 1.0, name, saturate=False, backend="cpu"), expected)
+
+
+def test_fp6_packs_four_codes_in_three_bytes(backend):
+    """Little-endian bit stream: codes 0x08 0x10 0x14 0x1f -> bytes 0x08, 0x44, 0x7d."""
+    x = np.array([[1.0, 2.0, 3.0, 7.5, -1.0, 0.0, 0.125, 100.0]], np.float32)
+    q = quantize_both(backend, x, 1.0, "float6_e2m3fn", packed=True)
+    codes = x.astype(ml_dtypes.float6_e2m3fn).view(np.uint8)
+    assert codes[0, :4].tolist() == [0x08, 0x10, 0x14, 0x1F]
+    assert q[0, :3].tolist() == [0x08, 0x44, 0x7D]
+    assert q.shape == (1, 6)
+    dq = dequantize_both(backend, q, 1.0, dtype="float6_e2m3fn")
+    assert dq.tolist() == [[1.0, 2.0, 3.0, 7.5, -1.0, 0.0, 0.125, 7.5]]
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(axis=0), dict(axis=1, block_size=3), dict(block_size=(1, 2)),
+                                    dict(axis=1)])
+@pytest.mark.parametrize("name", ["float6_e2m3fn", "float6_e3m2fn"])
+def test_fp6_packed_granularities(backend, name, kwargs):
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((3, 12)) * 5).astype(np.float32)
+    grid = nbquant.layout.resolve_layout(x.shape, kwargs.get("axis"), kwargs.get("block_size")).grid
+    scale = rng.uniform(0.25, 4, grid).astype(np.float32)
+    packed = quantize_both(backend, x, scale, name, packed=True, **kwargs)
+    unpacked = quantize_both(backend, x, scale, name, **kwargs)
+    a = dequantize_both(backend, packed, scale, dtype=name, **kwargs)
+    b = dequantize_both(backend, unpacked, scale, **kwargs)
+    assert_same_bits(a, b)

@@ -227,15 +227,17 @@ def test_integral_float_quant_range_is_accepted():
 # --- packing ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16"])
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16", "float8_e4m3fn"])
 def test_packed_needs_a_sub_byte_format(dtype):
-    with pytest.raises(ValueError, match=rf"^packed=True needs a sub-byte format .* dtype is {dtype}"):
+    with pytest.raises(ValueError, match=rf"^packed=True needs a 2-, 4- or 6-bit format .* dtype is {dtype}"):
         q(dtype=dtype, packed=True)
 
 
-@pytest.mark.parametrize(("dtype", "n", "k"), [("int4", 5, 2), ("uint4", 1, 2), ("int2", 6, 4), ("uint2", 2, 4)])
-def test_packed_last_dim_must_be_a_multiple_of_codes_per_byte(dtype, n, k):
-    with pytest.raises(ValueError, match=rf"^packed=True stores {k} {dtype} codes per byte .* length {n} is not"):
+@pytest.mark.parametrize(("dtype", "n", "k", "nbytes"), [("int4", 5, 2, 1), ("uint4", 1, 2, 1), ("int2", 6, 4, 1),
+                                                    ("uint2", 2, 4, 1), ("float6_e3m2fn", 6, 4, 3)])
+def test_packed_last_dim_must_be_a_multiple_of_codes_per_byte(dtype, n, k, nbytes):
+    message = rf"^packed=True stores {k} {dtype} codes in {nbytes} byte\(s\) .* length {n} is not"
+    with pytest.raises(ValueError, match=message):
         q(x=np.zeros((3, n), np.float32), dtype=dtype, packed=True)
 
 

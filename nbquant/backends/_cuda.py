@@ -297,12 +297,19 @@ def quantize_float_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, out):
 
 
 def quantize_float_packed_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, out):
-    """Encode ``x / scale`` (P, R, C) as 4-bit float codes packed two per byte ``out`` (P, R, C / 2), low first."""
+    """Encode ``x / scale`` (P, R, C) as packed float codes: 4-bit two per byte, 6-bit four in three bytes.
+
+    One work item is one packed group; codes fill a little-endian bit stream, the first
+    element in the lowest bits.
+    """
     R = np.uint64(x.shape[1])
-    nbytes = np.uint64(out.shape[2])
     rows = np.uint64(x.shape[0]) * R
     ubp, ubr, ubc = np.uint64(bp), np.uint64(br), np.uint64(bc)
-    k = np.uint64(2)
+    bits = np.int64(fp[0] + fp[1] + 1)
+    k = np.uint64(4) if bits == 6 else np.uint64(2)
+    m = np.uint64(3) if bits == 6 else _U1
+    groups = np.uint64(out.shape[2]) // m
+    mask = (np.int64(1) << bits) - np.int64(1)
     stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
     g_step = (stride * k) // ubc
     o_step = stride * k - g_step * ubc
@@ -317,12 +324,19 @@ def quantize_float_packed_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, o
         j = start
         g = g_start
         off = o_start
-        while j < nbytes:
-            c = j * k
-            g1 = g + _U1 if off + _U1 == ubc else g
-            c0 = np.int32(quantize_float_value(xs[c], ss[g], scale_op, fp, saturate))
-            c1 = np.int32(quantize_float_value(xs[c + _U1], ss[g1], scale_op, fp, saturate))
-            os[j] = (c0 & np.int32(15)) | ((c1 & np.int32(15)) << np.int32(4))
+        while j < groups:
+            word = np.int64(0)
+            gt = g
+            ot = off
+            for t in range(k):
+                code = np.int64(quantize_float_value(xs[j * k + np.uint64(t)], ss[gt], scale_op, fp, saturate))
+                word |= (code & mask) << (np.int64(t) * bits)
+                ot += _U1
+                if ot == ubc:
+                    ot = np.uint64(0)
+                    gt += _U1
+            for b in range(m):
+                os[j * m + np.uint64(b)] = (word >> np.int64(8 * b)) & np.int64(0xFF)
             j += stride
             g += g_step
             off += o_step
@@ -365,12 +379,15 @@ def dequantize_float_kernel(q, scale, fp, bp, br, bc, like, out):
 
 
 def dequantize_float_packed_kernel(q, scale, fp, bp, br, bc, like, out):
-    """Decode 4-bit float codes packed two per byte ``q`` (P, R, C / 2) into ``out`` (P, R, C)."""
+    """Decode packed float codes ``q`` (4-bit two per byte, 6-bit four in three bytes) into ``out`` (P, R, C)."""
     R = np.uint64(q.shape[1])
-    nbytes = np.uint64(q.shape[2])
     rows = np.uint64(q.shape[0]) * R
     ubp, ubr, ubc = np.uint64(bp), np.uint64(br), np.uint64(bc)
-    k = np.uint64(2)
+    bits = np.int64(fp[0] + fp[1] + 1)
+    k = np.uint64(4) if bits == 6 else np.uint64(2)
+    m = np.uint64(3) if bits == 6 else _U1
+    groups = np.uint64(q.shape[2]) // m
+    mask = (np.int64(1) << bits) - np.int64(1)
     stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
     g_step = (stride * k) // ubc
     o_step = stride * k - g_step * ubc
@@ -385,14 +402,20 @@ def dequantize_float_packed_kernel(q, scale, fp, bp, br, bc, like, out):
         j = start
         g = g_start
         off = o_start
-        while j < nbytes:
-            c = j * k
-            g1 = g + _U1 if off + _U1 == ubc else g
-            byte = np.int32(qs[j])
-            v0 = decode_minifloat(byte & np.int32(15), fp[0], fp[1], fp[6]) * np.float32(ss[g])
-            v1 = decode_minifloat(byte >> np.int32(4), fp[0], fp[1], fp[6]) * np.float32(ss[g1])
-            os[c] = store_float(v0, like)
-            os[c + _U1] = store_float(v1, like)
+        while j < groups:
+            word = np.int64(0)
+            for b in range(m):
+                word |= np.int64(qs[j * m + np.uint64(b)]) << np.int64(8 * b)
+            gt = g
+            ot = off
+            for t in range(k):
+                code = (word >> (np.int64(t) * bits)) & mask
+                v = decode_minifloat(code, fp[0], fp[1], fp[6]) * np.float32(ss[gt])
+                os[j * k + np.uint64(t)] = store_float(v, like)
+                ot += _U1
+                if ot == ubc:
+                    ot = np.uint64(0)
+                    gt += _U1
             j += stride
             g += g_step
             off += o_step
@@ -695,10 +718,11 @@ def _run(kernel_name: str, data, params, out, spec, last_divisors, make_args) ->
     d_data = _to_device(data, stream)
     d_out = cuda.device_array(out.shape, out.dtype, stream=stream) if host_out is not None else as_device_array(out)
     d_params = [_to_device(p, stream) for p in params]
+    group_bytes = max(g[1] if isinstance(g, tuple) else 1 for g in last_divisors)
     for (a3, o3), (s3, *z3), blocks in canonical_views(spec.layout, [d_data, d_out], d_params, last_divisors):
         has_zp = bool(z3)
         zp3 = z3[0] if has_zp else s3
-        items = min(a3.shape[2], o3.shape[2])  # columns, or bytes when packed
+        items = min(a3.shape[2], o3.shape[2]) // group_bytes  # columns, or packed groups
         config = launch_config(a3.shape[0] * a3.shape[1], items)
         _launch(kernel_name, config, stream, make_args(a3, s3, zp3, has_zp, blocks, o3), a3, o3)
     if host_out is not None:
@@ -709,7 +733,7 @@ def _run(kernel_name: str, data, params, out, spec, last_divisors, make_args) ->
 def quantize(x, scale, zero_point, spec, out) -> None:
     """Quantize ``x`` (NumPy or device) into ``out`` (code storage, NumPy or device) on the GPU."""
     fmt = spec.format
-    k = fmt.codes_per_byte if spec.packed else 1
+    group = fmt.pack_group if spec.packed else (1, 1)
     params = [scale] if zero_point is None else [scale, zero_point]
     lo, hi = np.float32(spec.qmin), np.float32(spec.qmax)
     last = np.int64(fmt.bits if spec.packed else fmt.mask)
@@ -721,13 +745,13 @@ def quantize(x, scale, zero_point, spec, out) -> None:
 
     fp = tuple(int(v) for v in fmt.fp_params) if fmt.is_float else None
     name_ = ("quantize_float" if fmt.is_float else "quantize") + ("_packed" if spec.packed else "")
-    _run(name_, kernel_float_view(_numba_or_host(x)), params, out, spec, [1, k], make_args)
+    _run(name_, kernel_float_view(_numba_or_host(x)), params, out, spec, [1, group], make_args)
 
 
 def dequantize(q, scale, zero_point, spec, out) -> None:
     """Dequantize ``q`` (code storage, NumPy or device) into ``out`` (NumPy or device) on the GPU."""
     fmt = spec.format
-    k = fmt.codes_per_byte if spec.packed else 1
+    group = fmt.pack_group if spec.packed else (1, 1)
     params = [scale] if zero_point is None else [scale, zero_point]
     like = output_float_like(spec.out_dtype)
 
@@ -738,7 +762,7 @@ def dequantize(q, scale, zero_point, spec, out) -> None:
 
     fp = tuple(int(v) for v in fmt.fp_params) if fmt.is_float else None
     name_ = ("dequantize_float" if fmt.is_float else "dequantize") + ("_packed" if spec.packed else "")
-    _run(name_, _numba_or_host(q), params, kernel_float_view(_numba_or_host(out)), spec, [k, 1], make_args)
+    _run(name_, _numba_or_host(q), params, kernel_float_view(_numba_or_host(out)), spec, [group, 1], make_args)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -244,28 +244,45 @@ def quantize_float_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, tile, ou
             g += 1
 
 
+@njit(inline="always")
+def _next_scale_block(g, left, bc):
+    """Advance a running block index: ``left`` codes remain in block ``g``; returns the block of the next code."""
+    if left == 0:
+        return g + 1, bc - 1
+    return g, left - 1
+
+
 @njit(**_KERNEL_OPTIONS)
 def quantize_float_packed_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, tile, out):
-    """Encode ``x / scale`` (P, R, C) as 4-bit floating-point codes packed two per byte (low nibble first)."""
+    """Encode ``x / scale`` (P, R, C) as packed 4-bit (2 per byte) or 6-bit (4 in 3 bytes) floating-point codes.
+
+    Codes fill a little-endian bit stream, the first element in the lowest bits.
+    """
     P, R, C = x.shape
+    six = fp[0] + fp[1] == 5
+    k = 4 if six else 2
+    m = 3 if six else 1
     ntiles = (C + tile - 1) // tile
     for unit in prange(P * R * ntiles):
         p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
         g = c // bc
         left = (g + 1) * bc - c
-        xs, os = x[p, r, c:end], out[p, r, c // 2:end // 2]
-        for j in range(os.size):
-            if left == 0:
-                g += 1
-                left = bc
-            c0 = quantize_float_value(xs[2 * j], scale[sp, sr, g], scale_op, fp, saturate)
-            left -= 1
-            if left == 0:
-                g += 1
-                left = bc
-            c1 = quantize_float_value(xs[2 * j + 1], scale[sp, sr, g], scale_op, fp, saturate)
-            left -= 1
-            os[j] = (c0 & 15) | ((c1 & 15) << 4)
+        xs, os = x[p, r, c:end], out[p, r, c // k * m:end // k * m]
+        for j in range(xs.size // k):
+            g, left = _next_scale_block(g, left, bc)
+            c0 = quantize_float_value(xs[k * j], scale[sp, sr, g], scale_op, fp, saturate)
+            g, left = _next_scale_block(g, left, bc)
+            c1 = quantize_float_value(xs[k * j + 1], scale[sp, sr, g], scale_op, fp, saturate)
+            if six:
+                g, left = _next_scale_block(g, left, bc)
+                c2 = quantize_float_value(xs[4 * j + 2], scale[sp, sr, g], scale_op, fp, saturate)
+                g, left = _next_scale_block(g, left, bc)
+                c3 = quantize_float_value(xs[4 * j + 3], scale[sp, sr, g], scale_op, fp, saturate)
+                os[3 * j] = (c0 | (c1 << 6)) & 0xFF
+                os[3 * j + 1] = ((c1 >> 2) | (c2 << 4)) & 0xFF
+                os[3 * j + 2] = ((c2 >> 4) | (c3 << 2)) & 0xFF
+            else:
+                os[j] = (c0 & 15) | ((c1 & 15) << 4)
 
 
 @njit(**_KERNEL_OPTIONS)
@@ -288,25 +305,26 @@ def dequantize_float_kernel(q, scale, fp, bp, br, bc, tile, like, out):
 
 @njit(**_KERNEL_OPTIONS)
 def dequantize_float_packed_kernel(q, scale, fp, bp, br, bc, tile, like, out):
-    """Decode 4-bit floating-point codes packed two per byte ``q`` (P, R, C / 2) into ``out`` (P, R, C)."""
+    """Decode packed 4-bit or 6-bit floating-point codes ``q`` (see the packed quantize) into ``out`` (P, R, C)."""
     P, R, C = out.shape
+    six = fp[0] + fp[1] == 5
+    k = 4 if six else 2
+    m = 3 if six else 1
     ntiles = (C + tile - 1) // tile
     for unit in prange(P * R * ntiles):
         p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
         g = c // bc
         left = (g + 1) * bc - c
-        qs, os = q[p, r, c // 2:end // 2], out[p, r, c:end]
-        for j in range(qs.size):
-            if left == 0:
-                g += 1
-                left = bc
-            os[2 * j] = store_float(_float_value(qs[j] & 15, scale[sp, sr, g], fp), like)
-            left -= 1
-            if left == 0:
-                g += 1
-                left = bc
-            os[2 * j + 1] = store_float(_float_value(qs[j] >> 4, scale[sp, sr, g], fp), like)
-            left -= 1
+        qs, os = q[p, r, c // k * m:end // k * m], out[p, r, c:end]
+        for j in range(os.size // k):
+            if six:
+                word = np.int64(qs[3 * j]) | (np.int64(qs[3 * j + 1]) << 8) | (np.int64(qs[3 * j + 2]) << 16)
+            else:
+                word = np.int64(qs[j])
+            for t in range(k):
+                g, left = _next_scale_block(g, left, bc)
+                code = (word >> (t * (fp[0] + fp[1] + 1))) & ((1 << (fp[0] + fp[1] + 1)) - 1)
+                os[k * j + t] = store_float(_float_value(code, scale[sp, sr, g], fp), like)
 
 
 _KERNELS = (
@@ -334,12 +352,12 @@ def _zero_points(scale3: np.ndarray, bc: int) -> np.ndarray:
 def quantize(x, scale, zero_point, spec, out) -> None:
     """Run the quantize kernel over every canonical block of ``x``."""
     fmt = spec.format
-    k = fmt.codes_per_byte if spec.packed else 1
+    group = fmt.pack_group if spec.packed else (1, 1)
     has_zp = zero_point is not None
     params = [scale, zero_point] if has_zp else [scale]
     xk = kernel_float_view(x)
-    for (x3, o3), (s3, *z3), (bp, br, bc) in canonical_views(spec.layout, [xk, out], params, [1, k]):
-        tile = row_tile(x3.shape[2], k)
+    for (x3, o3), (s3, *z3), (bp, br, bc) in canonical_views(spec.layout, [xk, out], params, [1, group]):
+        tile = row_tile(x3.shape[2], group[0])
         if fmt.is_float:
             kernel = quantize_float_packed_kernel if spec.packed else quantize_float_kernel
             kernel(x3, s3, spec.scale_op, fmt.fp_params, spec.saturate, bp, br, bc, tile, o3)
@@ -356,13 +374,13 @@ def quantize(x, scale, zero_point, spec, out) -> None:
 def dequantize(q, scale, zero_point, spec, out) -> None:
     """Run the dequantize kernel over every canonical block of ``q``."""
     fmt = spec.format
-    k = fmt.codes_per_byte if spec.packed else 1
+    group = fmt.pack_group if spec.packed else (1, 1)
     has_zp = zero_point is not None
     params = [scale, zero_point] if has_zp else [scale]
     like = output_float_like(spec.out_dtype)
     outk = kernel_float_view(out)
-    for (q3, o3), (s3, *z3), (bp, br, bc) in canonical_views(spec.layout, [q, outk], params, [k, 1]):
-        tile = row_tile(o3.shape[2], k)
+    for (q3, o3), (s3, *z3), (bp, br, bc) in canonical_views(spec.layout, [q, outk], params, [group, 1]):
+        tile = row_tile(o3.shape[2], group[0])
         if fmt.is_float:
             kernel = dequantize_float_packed_kernel if spec.packed else dequantize_float_kernel
             kernel(q3, s3, fmt.fp_params, bp, br, bc, tile, like, o3)

@@ -25,18 +25,23 @@ def _expand(grid_param: np.ndarray, layout: BlockLayout) -> np.ndarray:
     return full
 
 
+_PACK_GROUPS = {2: (4, 1), 4: (2, 1), 6: (4, 3)}  # bits -> (codes, bytes), a little-endian bit stream
+
+
 def _unpack(packed: np.ndarray, bits: int) -> np.ndarray:
-    k = 8 // bits
-    shifts = (np.arange(k, dtype=np.uint8) * bits).astype(np.uint8)
-    codes = (packed[..., None] >> shifts) & np.uint8((1 << bits) - 1)
-    return codes.reshape(packed.shape[:-1] + (packed.shape[-1] * k,))
+    codes, nbytes = _PACK_GROUPS[bits]
+    groups = packed.reshape(packed.shape[:-1] + (packed.shape[-1] // nbytes, nbytes)).astype(np.uint32)
+    words = np.bitwise_or.reduce(groups << (np.arange(nbytes, dtype=np.uint32) * 8), axis=-1)
+    fields = (words[..., None] >> (np.arange(codes, dtype=np.uint32) * bits)) & np.uint32((1 << bits) - 1)
+    return fields.astype(np.uint8).reshape(packed.shape[:-1] + (-1,))
 
 
 def _pack(codes: np.ndarray, bits: int) -> np.ndarray:
-    k = 8 // bits
-    groups = codes.astype(np.uint8).reshape(codes.shape[:-1] + (codes.shape[-1] // k, k))
-    shifts = (np.arange(k, dtype=np.uint8) * bits).astype(np.uint8)
-    return np.bitwise_or.reduce(groups << shifts, axis=-1).astype(np.uint8)
+    ncodes, nbytes = _PACK_GROUPS[bits]
+    groups = codes.reshape(codes.shape[:-1] + (codes.shape[-1] // ncodes, ncodes)).astype(np.uint32)
+    words = np.bitwise_or.reduce(groups << (np.arange(ncodes, dtype=np.uint32) * bits), axis=-1)
+    out = (words[..., None] >> (np.arange(nbytes, dtype=np.uint32) * 8)) & np.uint32(0xFF)
+    return out.astype(np.uint8).reshape(codes.shape[:-1] + (-1,))
 
 
 @np.errstate(over="ignore")  # x / s and float64 -> float32 may overflow to inf, which then clamps
