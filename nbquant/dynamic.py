@@ -282,8 +282,8 @@ def quantize_dynamic(
     >>> x = np.array([[0.1, -0.4, 0.2, 0.3], [1.0, 2.0, -3.0, 7.5]], np.float32)
     >>> q, s, zp = nbquant.quantize_dynamic(x, "int4", axis=1, block_size=4, packed=True)
     >>> q, s.ravel()
-    (array([[ 34,  70],
-           [ 33, 103]], dtype=uint8), array([0.05333334, 1.        ], dtype=float32))
+    (array([[130, 100],
+           [ 33, 125]], dtype=uint8), array([0.05333333, 1.        ], dtype=float32))
     """
     x = check_float_input(x)
     spec = make_spec(x.shape, dtype, axis, block_size, mapping, quant_min, quant_max, eps, scale_op, narrow_range,

@@ -1,0 +1,427 @@
+"""NVIDIA modelopt ``tensor_quant`` capabilities: amax-based quantization, fake quantization, STE backward.
+
+Numerics follow modelopt (semantics.md §6): integer path ``S = maxbound / amax``,
+``q = clamp(rne(x * S), minbound, maxbound)``, fake output ``q / S``; where
+``amax <= 2**-24`` the quantizing ``S`` is 0 and the dequantizing one 1 (finite
+values give 0, ±inf and NaN give NaN). Float path (``num_bits=(4, 3)``):
+``S = fl(fl(1 / amax) * 448)`` (amax <= 2**-24 read as 1), output
+``e4m3(clamp(x * S, ±448)) * fl(1 / S)``. NaN in ``x`` propagates; ±inf clamps.
+Everything is computed in float32 and returned in the input's float dtype (float64
+inputs return float32).
+
+Granularity: ``axis`` (the kept dimension, as modelopt's ``axis``), ``block_size``
+(nbquant conventions), or an ``amax`` array whose shape broadcasts against ``x``
+(modelopt's rule: each dimension 1 or equal). ``amax=None`` computes it from ``x``
+per block (modelopt's dynamic quantization, ``reduce_amax``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import operator
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from .backends import BackendUnavailableError, resolve_backend
+from .formats import QuantFormat, get_format
+from .layout import BlockLayout, param_grid, resolve_layout
+from .validation import FLOAT_INPUT_DTYPES, check_float_input
+
+__all__ = [
+    "reduce_amax",
+    "tensor_quant",
+    "fake_tensor_quant",
+    "scaled_e4m3",
+    "fake_affine_tensor_quant",
+    "fake_tensor_quant_backward",
+    "fake_affine_tensor_quant_backward",
+    "dynamic_block_quant",
+    "block_sizes_to_layout",
+]
+
+_FLOAT_BITS = {(4, 3): "float8_e4m3fn", (5, 2): "float8_e5m2", (2, 1): "float4_e2m1fn"}
+
+
+@dataclass(frozen=True)
+class AmaxSpec:
+    """A validated amax-based quantizer: integer (``qmin``/``qmax``/``maxbound``) or minifloat (``fp``)."""
+
+    format: QuantFormat | None
+    layout: BlockLayout
+    is_float: bool
+    maxbound: float
+    qmin: int
+    qmax: int
+    fp: tuple[int, ...]
+
+
+def _backend_module(backend, x, op: str):
+    impl = resolve_backend(backend, (x,))
+    name = {"cpu": "nbquant.backends.cpu_dynamic", "reference": "nbquant.backends.reference_dynamic"}.get(impl.name)
+    mod = importlib.import_module(name) if name else None
+    if mod is None or not hasattr(mod, op):
+        raise BackendUnavailableError(f"backend {impl.name!r} has no {op} kernels yet; use backend='cpu' or "
+                                      "'reference'")
+    return mod
+
+
+def _out_dtype(x: np.ndarray) -> np.dtype:
+    return np.dtype(np.float32) if x.dtype == np.float64 else x.dtype
+
+
+def _int_spec(num_bits, unsigned, narrow_range, layout) -> AmaxSpec:
+    if isinstance(num_bits, (bool, np.bool_)):
+        raise TypeError(f"num_bits={num_bits!r} must be an int (integer quantization) or an (E, M) tuple")
+    try:
+        n = operator.index(num_bits)
+    except TypeError:
+        raise TypeError(f"num_bits={num_bits!r} must be an int (integer quantization) or an (E, M) tuple") from None
+    if not 2 <= n <= 16:
+        raise ValueError(f"num_bits={n} is not supported; use 2 <= num_bits <= 16 or (E, M) = (4, 3)")
+    for arg, v in (("unsigned", unsigned), ("narrow_range", narrow_range)):
+        if not isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"{arg}={v!r} must be True or False")
+    maxbound = (1 << (n - 1 + int(unsigned))) - 1
+    minbound = 0 if unsigned else (-maxbound if narrow_range else -maxbound - 1)
+    return AmaxSpec(None, layout, False, float(maxbound), minbound, maxbound, (0, 0, 0, 0, 0, 0, 0))
+
+
+def _float_spec(num_bits, layout) -> AmaxSpec:
+    key = tuple(num_bits)
+    if key not in _FLOAT_BITS:
+        raise ValueError(f"num_bits={num_bits!r}: the floating-point formats are (E, M) = (4, 3) (modelopt's "
+                         f"E4M3), (5, 2) and (2, 1)")
+    fmt = get_format(_FLOAT_BITS[key])
+    return AmaxSpec(fmt, layout, True, fmt.max_value, 0, 0, fmt.fp_params)
+
+
+def block_sizes_to_layout(shape: tuple[int, ...], block_sizes: dict) -> BlockLayout:
+    """modelopt ``block_sizes`` (``{-1: 32}``, ``{-2: 4, -1: 16}``, ``{-1: None}``) as a :class:`BlockLayout`.
+
+    String keys (``"type"``, ``"scale_bits"``, ``"scale_block_sizes"``) are ignored
+    here. One blocked axis maps to ONNX blocking (a partial last block stands for
+    modelopt's zero padding, which cannot change an amax); several need blocks that
+    divide their dimensions.
+
+    Examples
+    --------
+    >>> block_sizes_to_layout((4, 64), {-1: 32}).grid
+    (4, 2)
+    >>> block_sizes_to_layout((4, 64), {-1: None}).grid
+    (4, 1)
+    """
+    if not isinstance(block_sizes, dict):
+        raise TypeError(f"block_sizes={block_sizes!r} must be a dict such as {{-1: 32}}")
+    ndim = len(shape)
+    axes = {}
+    for k, v in block_sizes.items():
+        if isinstance(k, str):
+            continue
+        kk = operator.index(k)
+        if not -ndim <= kk < ndim:
+            raise ValueError(f"block_sizes key {k} is out of range for an input of {ndim} dimension(s)")
+        axes[kk % ndim] = shape[kk % ndim] if v is None else operator.index(v)
+    if not axes:
+        raise ValueError(f"block_sizes={block_sizes!r} names no axis; use e.g. {{-1: 32}}")
+    if len(axes) == 1:
+        (k, b), = axes.items()
+        return resolve_layout(shape, k, min(b, max(shape[k], 1)))
+    return resolve_layout(shape, None, tuple(axes.get(d, 1) for d in range(ndim)))
+
+
+def _layout(x: np.ndarray, amax, axis, block_size) -> BlockLayout:
+    """The block layout from ``axis``/``block_size``, or from a broadcastable ``amax`` shape."""
+    if axis is not None or block_size is not None or amax is None:
+        return resolve_layout(x.shape, axis, block_size)
+    a = np.asarray(amax)
+    if a.size == 1:
+        return resolve_layout(x.shape)
+    if a.ndim == x.ndim and all(m in (1, n) for m, n in zip(a.shape, x.shape, strict=True)):
+        return resolve_layout(x.shape, None, tuple(n if m == 1 else 1 for m, n in zip(a.shape, x.shape,
+                                                                                      strict=True)))
+    raise ValueError(f"amax has shape {a.shape}, which does not broadcast against x of shape {x.shape}; give each "
+                     "dimension 1 or the input's size, or pass axis=/block_size=")
+
+
+def _amax_grid(x, amax, layout, backend) -> np.ndarray:
+    if amax is None:
+        return reduce_amax(x, layout=layout, backend=backend).reshape(layout.grid)
+    a = np.asarray(amax)
+    if a.dtype.kind not in "biuf" and a.dtype not in FLOAT_INPUT_DTYPES:
+        raise TypeError(f"amax has dtype {a.dtype}; use a float array or scalar")
+    a = a.astype(np.float32)
+    if (a < 0).any():
+        raise ValueError(f"amax must be >= 0 (modelopt: 'Negative values in amax'); got min {float(a.min())!r}")
+    try:
+        grid = param_grid("amax", a, layout) if a.shape != tuple(layout.shape) or layout.num_blocks == a.size \
+            else None
+    except ValueError:
+        grid = None
+    if grid is None:  # a broadcast shape with size-1 dims: squeeze onto the grid
+        grid = a.reshape(layout.grid) if a.size == layout.num_blocks else param_grid("amax", a, layout)
+    return np.ascontiguousarray(grid, np.float32)
+
+
+def reduce_amax(x: npt.ArrayLike, *, axis: int | None = None, block_size=None, layout: BlockLayout | None = None,
+                backend: str | None = None) -> np.ndarray:
+    """``max |x|`` per block (float32, the block grid); NaN if the block holds a NaN.
+
+    Examples
+    --------
+    >>> import numpy as np, nbquant
+    >>> nbquant.reduce_amax(np.array([[1.0, -3.0], [0.5, 2.0]], np.float32), axis=0)
+    array([[3.],
+           [2.]], dtype=float32)
+    """
+    x = check_float_input(x)
+    layout = layout or resolve_layout(x.shape, axis, block_size)
+    if x.size == 0:
+        return np.zeros(layout.grid, np.float32)
+    mod = _backend_module(backend, x, "fake_quant_amax")
+    from .dynamic import DynamicSpec
+
+    spec = DynamicSpec(get_format("int8"), layout, 0, -128, 127, 127.5, 1.0, 0, 127.0, 0, False, False)
+    if mod.__name__.endswith("cpu_dynamic"):
+        _, hi = mod._reduce_grid(x, spec)
+    else:
+        _, hi = mod.reduce_keys(x, spec)
+    return np.asarray(hi, np.int64).astype(np.uint32).view(np.float32).reshape(layout.grid)
+
+
+def _fake(x, amax, num_bits, unsigned, narrow_range, axis, block_size, backend, codes: bool):
+    x = check_float_input(x)
+    layout = _layout(x, amax, axis, block_size)
+    if isinstance(num_bits, (tuple, list)):
+        if codes:
+            raise ValueError("tensor_quant returns integer codes; for num_bits=(E, M) use fake_tensor_quant")
+        spec = _float_spec(num_bits, layout)
+    else:
+        spec = _int_spec(num_bits, unsigned, narrow_range, layout)
+    if not spec.is_float and unsigned and x.size and bool((np.asarray(x, np.float32) < 0).any()):
+        raise TypeError("unsigned=True but x holds negative values (modelopt: 'Negative values encountered in "
+                        "unsigned quantization')")
+    grid = _amax_grid(x, amax, layout, backend)
+    out = np.empty(x.shape, _out_dtype(x))
+    code_arr = np.empty(x.shape, np.float32) if codes else None
+    if x.size:
+        _backend_module(backend, x, "fake_quant_amax").fake_quant_amax(x, grid, spec, out, code_arr)
+    return out, code_arr, grid, spec
+
+
+def fake_tensor_quant(
+    x: npt.ArrayLike,
+    amax: npt.ArrayLike | None = None,
+    num_bits: int | tuple[int, int] = 8,
+    unsigned: bool = False,
+    narrow_range: bool = True,
+    *,
+    axis: int | None = None,
+    block_size: int | tuple[int, ...] | None = None,
+    backend: str | None = None,
+) -> np.ndarray:
+    """Fake-quantize (quantize and dequantize in one kernel) as modelopt's ``fake_tensor_quant``.
+
+    Parameters
+    ----------
+    x : array_like
+        float32, float16, bfloat16 or float64 input.
+    amax : array_like, optional
+        Non-negative clipping range(s): one value, one per block of ``axis``/``block_size``,
+        or a shape broadcastable against ``x``. None: ``max |x|`` per block.
+    num_bits : int or (E, M)
+        Integer bits, or a floating-point format ``(4, 3)`` (E4M3, scale 448 / amax),
+        ``(5, 2)`` or ``(2, 1)``.
+    unsigned, narrow_range : bool
+        Integer range: ``[0, 2**n - 1]``; signed ``[-(2**(n-1) - 1), 2**(n-1) - 1]``
+        when narrow (the default, as modelopt's function), else down to ``-2**(n-1)``.
+    axis, block_size
+        Granularity of ``amax`` (``axis`` is the kept dimension, as in modelopt).
+    backend : str, optional
+
+    Returns
+    -------
+    numpy.ndarray
+        Same shape and float dtype as ``x`` (float32 for float64).
+
+    Examples
+    --------
+    >>> import numpy as np, nbquant
+    >>> nbquant.fake_tensor_quant(np.array([0.3, -1.0, 2.5], np.float32), 2.0, num_bits=4)
+    array([ 0.2857143, -1.1428572,  2.       ], dtype=float32)
+    """
+    return _fake(x, amax, num_bits, unsigned, narrow_range, axis, block_size, backend, False)[0]
+
+
+def tensor_quant(
+    x: npt.ArrayLike,
+    amax: npt.ArrayLike | None = None,
+    num_bits: int = 8,
+    unsigned: bool = False,
+    narrow_range: bool = True,
+    *,
+    axis: int | None = None,
+    block_size: int | tuple[int, ...] | None = None,
+    backend: str | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """modelopt's ``TensorQuantFunction``: float32 codes ``clamp(rne(x * S))`` and the scale ``S``.
+
+    ``S = maxbound / amax`` per block, 1.0 where ``amax <= 2**-24``; ``codes / S``
+    dequantizes. NaN inputs stay NaN codes.
+
+    Returns
+    -------
+    codes : numpy.ndarray
+        float32, the shape of ``x``.
+    scale : numpy.ndarray
+        float32 block grid.
+
+    Examples
+    --------
+    >>> import numpy as np, nbquant
+    >>> q, s = nbquant.tensor_quant(np.array([0.3, -1.0, 2.5], np.float32), 2.0, num_bits=4)
+    >>> q, s
+    (array([ 1., -4.,  7.], dtype=float32), array(3.5, dtype=float32))
+    """
+    _, codes, grid, spec = _fake(x, amax, num_bits, unsigned, narrow_range, axis, block_size, backend, True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = np.float32(spec.maxbound) / grid
+    s = np.where(grid <= np.float32(2.0 ** -24), np.float32(1), s).astype(np.float32)
+    return codes, s.reshape(()) if spec.layout.num_blocks == 1 else s
+
+
+def scaled_e4m3(x: npt.ArrayLike, amax: npt.ArrayLike | None = None, E: int = 4, M: int = 3, *,
+                axis: int | None = None, block_size=None, backend: str | None = None) -> np.ndarray:
+    """modelopt's ``scaled_e4m3``: ``e4m3(clamp(x * S, ±448)) * fl(1 / S)`` with ``S = fl(fl(1 / amax) * 448)``.
+
+    ``amax=None`` here means ``max |x|`` per block (modelopt's ``amax=None`` plain
+    cast is ``nbquant.quantize(x, 1.0, "float8_e4m3fn", saturate=False)``).
+
+    Examples
+    --------
+    >>> import numpy as np, nbquant
+    >>> nbquant.scaled_e4m3(np.array([1.0, 0.3, -2.0], np.float32), 2.0)
+    array([ 1.       ,  0.2857143, -2.       ], dtype=float32)
+    """
+    if (E, M) != (4, 3):
+        raise ValueError(f"E={E}, M={M}: modelopt's scaled_e4m3 supports E=4, M=3 only "
+                         "(fake_tensor_quant takes num_bits=(5, 2) and (2, 1) too)")
+    return fake_tensor_quant(x, amax, (4, 3), axis=axis, block_size=block_size, backend=backend)
+
+
+def dynamic_block_quant(x: npt.ArrayLike, block_sizes: dict, num_bits: int | tuple[int, int] = 8,
+                        unsigned: bool = False, narrow_range: bool = True, *,
+                        backend: str | None = None) -> np.ndarray:
+    """Dynamic block fake quantization (``block_sizes={-1: B, "type": "dynamic"}``): per-block amax on the fly.
+
+    Examples
+    --------
+    >>> import numpy as np, nbquant
+    >>> x = np.array([[0.1, -0.2, 4.0, 1.0]], np.float32)
+    >>> nbquant.dynamic_block_quant(x, {-1: 2, "type": "dynamic"}, num_bits=4)
+    array([[ 0.11428571, -0.2       ,  4.        ,  1.1428572 ]],
+          dtype=float32)
+    """
+    x = check_float_input(x)
+    if "scale_bits" in block_sizes:
+        raise ValueError("block_sizes with scale_bits (double quantization / NVFP4 / MX) is not supported by "
+                         "dynamic_block_quant; use nbquant.quantize_nvfp4 or nbquant.quantize_mx")
+    layout = block_sizes_to_layout(x.shape, block_sizes)
+    axis = layout.axis if layout.kind == "blocked" else None
+    bs = layout.block[layout.axis] if layout.kind == "blocked" else layout.block
+    return fake_tensor_quant(x, None, num_bits, unsigned, narrow_range, axis=axis, block_size=bs, backend=backend)
+
+
+def _scalar(name: str, v) -> np.float32:
+    a = np.asarray(v)
+    if a.size != 1 or a.dtype.kind not in "biuf":
+        raise TypeError(f"{name}={v!r} must be one float (per-tensor)")
+    f = np.float32(a.reshape(()))
+    if not np.isfinite(f):
+        raise ValueError(f"{name}={v!r} must be finite")
+    return f
+
+
+def _affine_params(min_range, max_range, num_bits):
+    lo, hi = _scalar("min_range", min_range), _scalar("max_range", max_range)
+    if not lo < hi:
+        raise ValueError(f"min_range={lo!r} must be below max_range={hi!r}")
+    n = operator.index(num_bits) if not isinstance(num_bits, (bool, np.bool_)) else None
+    if n is None or not 2 <= n <= 16:
+        raise ValueError(f"num_bits={num_bits!r} must be an int in [2, 16]")
+    step = np.float32((hi - lo) / np.float32((1 << n) - 1))
+    minb, maxb = -(1 << (n - 1)), (1 << (n - 1)) - 1
+    qz = np.float32(np.rint(lo / step) - np.float32(minb))
+    return lo, hi, step, qz, minb, maxb
+
+
+def fake_affine_tensor_quant(x: npt.ArrayLike, min_range: float, max_range: float, num_bits: int = 8, *,
+                             backend: str | None = None) -> np.ndarray:
+    """Legacy modelopt ``FakeAffineTensorQuantFunction`` (per tensor, gemmlowp style).
+
+    ``step = (max - min) / (2**n - 1)``, ``qz = rne(min / step) + 2**(n-1)``,
+    ``out = (clamp(rne(x / step) - qz, -2**(n-1), 2**(n-1) - 1) + qz) * step``, all float32.
+
+    Examples
+    --------
+    >>> import numpy as np, nbquant
+    >>> nbquant.fake_affine_tensor_quant(np.array([-1.0, 0.1, 0.5, 3.0], np.float32), -1.0, 2.0, num_bits=2)
+    array([-1.,  0.,  0.,  2.], dtype=float32)
+    """
+    x = check_float_input(x)
+    _, _, step, qz, minb, maxb = _affine_params(min_range, max_range, num_bits)
+    out = np.empty(x.shape, _out_dtype(x))
+    if x.size:
+        _backend_module(backend, x, "fake_affine").fake_affine(x, step, qz, minb, maxb, out)
+    return out
+
+
+def _grad_pair(grad_output, x):
+    g = check_float_input(grad_output, "grad_output")
+    x = check_float_input(x)
+    if g.shape != x.shape:
+        raise ValueError(f"grad_output has shape {g.shape} but x has shape {x.shape}; they must match")
+    return g, x
+
+
+def fake_tensor_quant_backward(grad_output: npt.ArrayLike, x: npt.ArrayLike, amax: npt.ArrayLike, *,
+                               axis: int | None = None, block_size=None, backend: str | None = None) -> np.ndarray:
+    """Straight-through estimator with clipping: ``grad where -amax <= x <= amax else 0`` (endpoints pass).
+
+    NaN inputs get gradient 0. The result has ``grad_output``'s float dtype (float32 for float64).
+
+    Examples
+    --------
+    >>> import numpy as np, nbquant
+    >>> nbquant.fake_tensor_quant_backward(np.ones(4, np.float32), np.array([-2.0, -1.0, 0.5, 1.5], np.float32), 1.0)
+    array([0., 1., 1., 0.], dtype=float32)
+    """
+    g, x = _grad_pair(grad_output, x)
+    layout = _layout(x, amax, axis, block_size)
+    grid = _amax_grid(x, amax, layout, backend)
+    out = np.empty(x.shape, _out_dtype(g))
+    if x.size:
+        _backend_module(backend, x, "ste_backward").ste_backward(g, x, -grid, grid, layout, out)
+    return out
+
+
+def fake_affine_tensor_quant_backward(grad_output: npt.ArrayLike, x: npt.ArrayLike, min_range: float,
+                                      max_range: float, *, backend: str | None = None) -> np.ndarray:
+    """FakeAffine's STE: ``grad where min_range <= x <= max_range else 0``.
+
+    Examples
+    --------
+    >>> import numpy as np, nbquant
+    >>> nbquant.fake_affine_tensor_quant_backward(np.ones(3, np.float32), np.array([-2.0, 0.0, 2.0], np.float32),
+    ...                                           -1.0, 2.0)
+    array([0., 1., 1.], dtype=float32)
+    """
+    g, x = _grad_pair(grad_output, x)
+    lo, hi = _scalar("min_range", min_range), _scalar("max_range", max_range)
+    layout = resolve_layout(x.shape)
+    out = np.empty(x.shape, _out_dtype(g))
+    if x.size:
+        _backend_module(backend, x, "ste_backward").ste_backward(
+            g, x, np.full(layout.grid, lo, np.float32), np.full(layout.grid, hi, np.float32), layout, out)
+    return out
