@@ -27,7 +27,18 @@ from .block_formats import (
     quantize_mx,
     quantize_nvfp4,
 )
+from .dynamic import choose_qparams, quantize_dynamic
 from .formats import FORMATS, QuantFormat, get_format
+from .modelopt_ops import (
+    dynamic_block_quant,
+    fake_affine_tensor_quant,
+    fake_affine_tensor_quant_backward,
+    fake_tensor_quant,
+    fake_tensor_quant_backward,
+    reduce_amax,
+    scaled_e4m3,
+    tensor_quant,
+)
 
 __version__ = "0.1.0"
 
@@ -50,4 +61,14 @@ __all__ = [
     "QuantFormat",
     "get_format",
     "__version__",
+    "choose_qparams",
+    "quantize_dynamic",
+    "reduce_amax",
+    "tensor_quant",
+    "fake_tensor_quant",
+    "scaled_e4m3",
+    "fake_affine_tensor_quant",
+    "fake_tensor_quant_backward",
+    "fake_affine_tensor_quant_backward",
+    "dynamic_block_quant",
 ]
