@@ -176,6 +176,58 @@ def test_every_launched_signature_is_in_the_ptx_check(cuda):
     assert _cuda.launched and _cuda.launched <= known, _cuda.launched - known
 
 
+def test_block_format_launches_are_in_the_ptx_check(cuda):
+    """MX/NVFP4 quantize and dequantize and amax launch only signatures that the PTX check compiles."""
+    from nbquant.backends import _cuda
+
+    x = np.random.default_rng(7).standard_normal((2, 32)).astype(np.float32)
+    for dtype in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16):
+        xx = x.astype(dtype)
+        bqs = [nbquant.quantize_mx(xx, fmt, block_size=8, backend="cuda") for fmt in ("mxfp8_e5m2", "mxfp4", "mxint8")]
+        bqs.append(nbquant.quantize_nvfp4(xx, block_size=8, backend="cuda"))
+        for bq in bqs:
+            for out_dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
+                bq.dequantize(out_dtype, backend="cuda")
+    blocks = {k for k, _ in _cuda._cuda_blocks.all_block_signatures()}
+    mine = {(k, s) for k, s in _cuda.launched if k in blocks}
+    assert len(mine) == len(_cuda._cuda_blocks.all_block_signatures()), mine
+    assert mine <= set(_cuda.all_signatures())
+
+
+def test_block_entry_points_take_device_arrays(cuda):
+    """The cuda block entry points accept numba device arrays (in and out) and match cpu_blocks bit for bit."""
+    from nbquant.backends import _cuda, cpu_blocks
+    from nbquant.block_formats import BlockSpec, _mx_spec
+    from nbquant.formats import get_format
+
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((3, 32)) * 8).astype(ml_dtypes.bfloat16)
+    x[1, 3] = np.nan
+    spec = _mx_spec("mxfp4", 8, True)
+    codes, scales = np.empty((3, 16), np.uint8), np.empty((3, 4), np.uint8)
+    cpu_blocks.mx_quantize(x, spec, codes, scales)
+    d_codes, d_scales = cuda.device_array((3, 16), np.uint8), cuda.device_array((3, 4), np.uint8)
+    _cuda.mx_quantize(cuda.to_device(x), spec, d_codes, d_scales)
+    np.testing.assert_array_equal(d_codes.copy_to_host(), codes)
+    np.testing.assert_array_equal(d_scales.copy_to_host(), scales)
+    out_spec = _mx_spec("mxfp4", 8, True, out_dtype=np.float16)
+    out = np.empty((3, 32), np.float16)
+    cpu_blocks.mx_dequantize(codes, scales, out_spec, out)
+    d_out = cuda.device_array((3, 32), np.float16)
+    _cuda.mx_dequantize(d_codes, d_scales, out_spec, d_out)
+    np.testing.assert_array_equal(d_out.copy_to_host().view(np.uint16), out.view(np.uint16))
+    finite = np.nan_to_num(x.astype(np.float32))
+    assert _cuda.amax(cuda.to_device(finite)) == cpu_blocks.amax(finite)
+    assert np.isnan(_cuda.amax(cuda.to_device(x)))
+    nv = BlockSpec(get_format("float4_e2m1fn"), 16, True, global_scale=np.float32(0.01))
+    codes, scales = np.empty((3, 16), np.uint8), np.empty((3, 2), np.uint8)
+    cpu_blocks.nvfp4_quantize(x, nv, codes, scales)
+    d_codes, d_scales = cuda.device_array((3, 16), np.uint8), cuda.device_array((3, 2), np.uint8)
+    _cuda.nvfp4_quantize(cuda.to_device(x), nv, d_codes, d_scales)
+    np.testing.assert_array_equal(d_codes.copy_to_host(), codes)
+    np.testing.assert_array_equal(d_scales.copy_to_host(), scales)
+
+
 # --- real hardware ---------------------------------------------------------------------------------
 
 
