@@ -436,7 +436,10 @@ def amax_code(x, s, qmin, qmax):
 
 @njit(inline="always")
 def e4m3_scales(amax, maxval):
-    """modelopt ``scaled_e4m3`` scales: ``S = fl(fl(1 / amax) * maxval)`` (amax <= 2**-24 read as 1) and ``fl(1 / S)``."""
+    """modelopt ``scaled_e4m3`` scales ``S = fl(fl(1 / amax) * maxval)`` and ``fl(1 / S)``.
+
+    ``amax <= 2**-24`` is read as 1; NaN amax gives NaN scales.
+    """
     a = np.float32(amax)
     a = np.float32(1.0) if a <= AMAX_TINY else a
     s = (np.float32(1.0) / a) * np.float32(maxval)
