@@ -1,0 +1,215 @@
+"""NVIDIA modelopt ``tensor_quant``: the ``QuantDescriptor`` of the documented (<= 0.37) API.
+
+``QuantDescriptor`` (an alias of ``ScaledQuantDescriptor``) describes how a tensor is
+quantized: ``num_bits`` (an int, or ``(4, 3)`` for E4M3), ``axis`` (the dims that keep
+their own amax — the **kept** dims, like TensorRT's axis and unlike pypto's),
+``block_sizes`` (``{-1: 32}``, plus the string keys ``"type"``, ``"scale_bits"``,
+``"scale_block_sizes"``), ``amax``, ``unsigned`` and ``narrow_range``. Its
+:meth:`~ScaledQuantDescriptor.dict` returns the non-default fields, and
+``QuantDescriptor(**d.dict()) == d``.
+
+Numerics (semantics.md §6): ``fake_tensor_quant`` is
+``clamp(rne(x * S), lo, hi) / S`` with the multiplier ``S = maxbound / amax``; see
+``docs/compat/modelopt.md`` for the functions and their status.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+__all__ = ["ScaledQuantDescriptor", "QuantDescriptor"]
+
+_BLOCK_KEYS = ("type", "scale_bits", "scale_block_sizes")
+_CALIB_METHODS = ("max", "histogram")
+_DEFAULTS = {"fake_quant": True, "axis": None, "block_sizes": None, "amax": None, "learn_amax": False,
+             "scale_amax": None, "calib_method": "max", "unsigned": False, "narrow_range": False,
+             "dynamic": False}
+
+
+def _check_num_bits(num_bits):
+    if isinstance(num_bits, bool):
+        raise TypeError(f"num_bits={num_bits!r} must be a positive integer or the tuple (4, 3)")
+    if isinstance(num_bits, (int, np.integer)):
+        if num_bits <= 0:
+            raise ValueError(f"num_bits must be > 0, not {num_bits}.")
+        return int(num_bits)
+    if isinstance(num_bits, (tuple, list)) and tuple(num_bits) == (4, 3):
+        return (4, 3)
+    raise TypeError(f"num_bits={num_bits!r} must be a positive integer or the tuple (4, 3) (E4M3; the only FPx "
+                    "format supported)")
+
+
+def _check_axis(axis):
+    if axis is None:
+        return None
+    try:
+        return operator.index(axis)
+    except TypeError:
+        pass
+    if isinstance(axis, (tuple, list)):
+        try:
+            return tuple(operator.index(a) for a in axis)
+        except TypeError:
+            pass
+    raise TypeError(f"axis={axis!r} must be None, an int or a tuple of ints")
+
+
+def _check_block_sizes(block_sizes, axis):
+    if block_sizes is None:
+        return None
+    if axis is not None:
+        raise ValueError(f"axis={axis!r} must be None when block_sizes is not None.")
+    if not isinstance(block_sizes, dict):
+        raise TypeError(f"block_sizes={block_sizes!r} must be a dictionary.")
+    for key, value in block_sizes.items():
+        if isinstance(key, str):
+            if key not in _BLOCK_KEYS:
+                raise ValueError(f"block_sizes key {key!r} is not allowed; string keys are {list(_BLOCK_KEYS)}")
+            if key == "type" and value not in ("static", "dynamic"):
+                raise ValueError(f"block_sizes['type']={value!r} must be 'static' or 'dynamic'")
+            continue
+        if isinstance(key, bool) or not isinstance(key, (int, np.integer)):
+            raise TypeError(f"block_sizes key {key!r}: keys of block_sizes must be integers (axes) or one of "
+                            f"{list(_BLOCK_KEYS)}")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+                                  or value <= 0):
+            raise ValueError(f"block_sizes[{key}]={value!r}: values of block_sizes must be positive integers "
+                             "(or None for the whole axis)")
+    return dict(block_sizes)
+
+
+class ScaledQuantDescriptor:
+    """Supportive descriptor of quantization (modelopt's ``ScaledQuantDescriptor``).
+
+    Parameters
+    ----------
+    num_bits : int or tuple of int
+        Bits of integer quantization, or ``(4, 3)`` for E4M3. Default 8.
+    name : str, optional
+    fake_quant : bool
+        Fake quantization mode. Default True.
+    axis : None, int or tuple of int
+        The dims that keep their own amax (None: per-tensor).
+    block_sizes : dict, optional
+        ``{axis: block}`` plus optional ``"type"`` (``"static"``/``"dynamic"``),
+        ``"scale_bits"``, ``"scale_block_sizes"``. ``axis`` must be None with it.
+    amax : float, list or numpy.ndarray, optional
+        Stored as a float32 array.
+    learn_amax : bool
+        ``axis`` must be None when True.
+    scale_amax : float, optional
+    calib_method : {"max", "histogram"}
+    unsigned : bool
+    narrow_range : bool
+        ``[-127, 127]`` instead of ``[-128, 127]`` for 8 bits. Default False (the
+        ``fake_tensor_quant`` function's own default is True).
+    dynamic : bool
+        Dynamic (uncalibrated) quantization.
+
+    Examples
+    --------
+    >>> d = QuantDescriptor(num_bits=4, axis=0, narrow_range=True, amax=[1.0, 2.0])
+    >>> d.dict()
+    {'num_bits': 4, 'name': None, 'axis': 0, 'amax': [1.0, 2.0], 'narrow_range': True}
+    >>> QuantDescriptor(**d.dict()) == d
+    True
+    """
+
+    def __init__(self, num_bits=8, name=None, fake_quant=True, axis=None, block_sizes=None, amax=None,
+                 learn_amax=False, scale_amax=None, calib_method="max", unsigned=False, narrow_range=False,
+                 dynamic=False):
+        self._num_bits = _check_num_bits(num_bits)
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a string or None, not {type(name)}.")
+        self._name = name
+        self._fake_quant = bool(fake_quant)
+        self._axis = _check_axis(axis)
+        self._block_sizes = _check_block_sizes(block_sizes, self._axis)
+        self._learn_amax = bool(learn_amax)
+        if self._learn_amax and self._axis is not None:
+            raise TypeError(f"axis is ignored and must be None when learn_amax is true, got {type(self._axis)}.")
+        if amax is not None:
+            if not isinstance(amax, (float, int, list, np.ndarray)) or isinstance(amax, bool):
+                raise TypeError(f"amax must be float, list or ndarray, not {type(amax)}")
+            amax = np.array(amax, dtype=np.float32)
+        self._amax = amax
+        if scale_amax is not None and not isinstance(scale_amax, (int, float)):
+            raise TypeError(f"scale_amax={scale_amax!r} must be a float or None")
+        self._scale_amax = scale_amax
+        if calib_method not in _CALIB_METHODS:
+            raise ValueError(f"calib_method={calib_method!r} must be one of {list(_CALIB_METHODS)}")
+        self._calib_method = calib_method
+        self._unsigned = bool(unsigned)
+        self._narrow_range = bool(narrow_range)
+        self._dynamic = bool(dynamic)
+
+    num_bits = property(lambda self: self._num_bits, doc="Return num_bits.")
+    name = property(lambda self: self._name, doc="Return name.")
+    fake_quant = property(lambda self: self._fake_quant, doc="Return True if fake quantization is used.")
+    axis = property(lambda self: self._axis, doc="Return axis for quantization.")
+    block_sizes = property(lambda self: self._block_sizes, doc="Return block_sizes for quantization.")
+    amax = property(lambda self: self._amax, doc="Return amax.")
+    learn_amax = property(lambda self: self._learn_amax, doc="Return True if amax is learnable.")
+    scale_amax = property(lambda self: self._scale_amax, doc="Return scale_amax.")
+    calib_method = property(lambda self: self._calib_method, doc="Return calibration method.")
+    unsigned = property(lambda self: self._unsigned, doc="Return True if unsigned integer range is used.")
+    narrow_range = property(lambda self: self._narrow_range,
+                            doc="Return True if symmetric integer range for signed quantization is used.")
+
+    @property
+    def dynamic(self) -> bool:
+        """Return True if the quantization is dynamic (the flag, or ``block_sizes["type"] == "dynamic"``)."""
+        return self._dynamic or bool(self._block_sizes and self._block_sizes.get("type") == "dynamic")
+
+    @staticmethod
+    def get_block_quant_axes_and_sizes(block_sizes):
+        """Return the ``{axis: block}`` entries of ``block_sizes`` (its integer keys).
+
+        Examples
+        --------
+        >>> ScaledQuantDescriptor.get_block_quant_axes_and_sizes({-1: 32, "type": "dynamic"})
+        {-1: 32}
+        """
+        if block_sizes is None:
+            return None
+        return {k: v for k, v in block_sizes.items() if k not in _BLOCK_KEYS}
+
+    def dict(self) -> dict:
+        """Serialize to dict: ``num_bits`` and ``name`` always, every other field only when not its default.
+
+        Unlike modelopt's own ``dict()`` (which omits ``block_sizes``, ``calib_method``,
+        ``narrow_range`` and ``dynamic``), every non-default field is included, so the
+        documented round trip ``QuantDescriptor(**d.dict()) == d`` holds.
+        """
+        out = {"num_bits": self._num_bits, "name": self._name}
+        for key, default in _DEFAULTS.items():
+            value = getattr(self, "_" + key)
+            if key == "amax":
+                if value is not None:
+                    out[key] = value.tolist()
+            elif value != default:
+                out[key] = value
+        return out
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, ScaledQuantDescriptor):
+            return NotImplemented
+        for key, value in self.__dict__.items():
+            theirs = other.__dict__[key]
+            if isinstance(value, np.ndarray) or isinstance(theirs, np.ndarray):
+                if value is None or theirs is None or not np.array_equal(value, theirs):
+                    return False
+            elif value != theirs:
+                return False
+        return True
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in self.dict().items())
+        return f"QuantDescriptor({fields})"
+
+
+QuantDescriptor = ScaledQuantDescriptor

@@ -1,0 +1,262 @@
+"""ONNX ``QuantizeLinear`` / ``DequantizeLinear`` / ``DynamicQuantizeLinear`` (opset 25) on NumPy arrays.
+
+Numerics (ONNX operator spec and its reference implementation):
+
+* ``QuantizeLinear``: ``y = saturate(rne(x / y_scale) + y_zero_point)`` — divide,
+  ties to even, zero point added after rounding; float8 outputs are ``x / y_scale``
+  rounded to the format, clamped to its largest value when ``saturate=1``;
+* ``DequantizeLinear``: ``y = (x - x_zero_point) * x_scale`` in float32, then cast
+  to ``output_dtype`` (default: the scale's dtype);
+* ``DynamicQuantizeLinear``: uint8 with ``y_scale = (max(0, max(x)) - min(0, min(x))) / 255``
+  and ``y_zero_point = rne(clip(0 - min(0, min(x)) / y_scale, 0, 255))``.
+
+Granularity: a scalar (or one-element) scale is per-tensor; a 1-D scale is
+per-axis along ``axis`` (default 1, negative values count from the end); with
+``block_size > 0`` the scale has the input's rank and ``ceil(n / block_size)``
+along ``axis`` (the last block may be partial).
+
+The quantized type is the zero point's dtype when a zero point is given, else
+``output_dtype``, else uint8. ``output_dtype`` may be a ``TensorProto`` enum value
+(``3`` = INT8), its name (``"INT8"``, ``"FLOAT8E4M3FN"``) or a numpy/ml_dtypes dtype.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import ml_dtypes
+import numpy as np
+import numpy.typing as npt
+
+from .. import api
+from ._common import dtype_key
+
+__all__ = ["quantize_linear", "dequantize_linear", "dynamic_quantize_linear", "TENSOR_TYPES"]
+
+#: ONNX ``TensorProto.DataType`` values of the quantized types nbquant can produce.
+TENSOR_TYPES: dict[int, str] = {
+    2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 21: "uint4", 22: "int4", 25: "uint2", 26: "int2",
+    17: "float8_e4m3fn", 19: "float8_e5m2", 23: "float4_e2m1fn", 27: "float6_e2m3fn", 28: "float6_e3m2fn",
+}
+_UNSUPPORTED = {18: "FLOAT8E4M3FNUZ", 20: "FLOAT8E5M2FNUZ", 6: "INT32", 24: "FLOAT8E8M0"}
+_ONNX_NAMES = {"uint8": "uint8", "int8": "int8", "uint16": "uint16", "int16": "int16", "uint4": "uint4",
+               "int4": "int4", "uint2": "uint2", "int2": "int2", "float8e4m3fn": "float8_e4m3fn",
+               "float8e5m2": "float8_e5m2", "float4e2m1": "float4_e2m1fn", "float6e2m3": "float6_e2m3fn",
+               "float6e3m2": "float6_e3m2fn"}
+_QTYPES = {**_ONNX_NAMES, **{v: v for v in TENSOR_TYPES.values()}}
+_FLOAT_TYPES = {1: np.dtype(np.float32), 10: np.dtype(np.float16), 16: np.dtype(ml_dtypes.bfloat16)}
+_FLOAT_NAMES = {"float": np.dtype(np.float32), "float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
+                "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+
+
+def _qtype(value, name: str) -> str:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        v = int(value)
+        if v in TENSOR_TYPES:
+            return TENSOR_TYPES[v]
+        what = _UNSUPPORTED.get(v, "not a quantized type")
+        raise ValueError(f"{name}={v} ({what}) is not supported; use one of {sorted(TENSOR_TYPES)} "
+                         f"({', '.join(TENSOR_TYPES.values())})")
+    return dtype_key(value, name, _QTYPES)
+
+
+def _float_type(value, name: str) -> np.dtype:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        if int(value) not in _FLOAT_TYPES:
+            raise ValueError(f"{name}={int(value)} is not supported; use 1 (FLOAT), 10 (FLOAT16) or 16 (BFLOAT16)")
+        return _FLOAT_TYPES[int(value)]
+    return dtype_key(value, name, _FLOAT_NAMES)
+
+
+def _float_arg(name: str, value) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.dtype not in _FLOAT_NAMES.values():
+        raise TypeError(f"{name} has dtype {arr.dtype}; ONNX allows float32, float16 or bfloat16 here")
+    return arr
+
+
+def _layout(shape: tuple[int, ...], scale: np.ndarray, axis, block_size) -> dict:
+    """ONNX scale shapes → the core ``axis`` / ``block_size`` arguments."""
+    try:
+        axis, block = operator.index(axis), operator.index(block_size)
+    except TypeError:
+        raise TypeError(f"axis={axis!r} and block_size={block_size!r} must be ints") from None
+    rank = len(shape)
+    if block < 0:
+        raise ValueError(f"block_size={block} must be >= 0 (0: no blocking)")
+    if scale.ndim == 0 or scale.size == 1:
+        return {}
+    if not -rank <= axis < rank:
+        raise ValueError(f"axis={axis} is out of range for an input of rank {rank}; use {-rank} <= axis < {rank}")
+    a = axis % rank
+    if block == 0:
+        if scale.ndim != 1 or scale.shape[0] != shape[a]:
+            raise ValueError(f"scale has shape {scale.shape}; per-axis quantization along axis={axis} needs a 1-D "
+                             f"scale of length {shape[a]} (or set block_size for blocked quantization)")
+        return {"axis": a}
+    want = tuple(-(-n // block) if d == a else n for d, n in enumerate(shape))
+    if scale.shape != want:
+        raise ValueError(f"scale has shape {scale.shape}; blocked quantization with block_size={block} along "
+                         f"axis={axis} of an input of shape {shape} needs shape {want}")
+    return {"axis": a, "block_size": block}
+
+
+def _zero_point(zp: np.ndarray | None, scale: np.ndarray, fmt: str, name: str) -> np.ndarray | None:
+    if zp is None:
+        return None
+    if zp.shape != scale.shape:
+        raise ValueError(f"{name} has shape {zp.shape}; it must have the scale's shape {scale.shape}")
+    if fmt.startswith("float"):
+        if np.any(zp.astype(np.float32) != 0):
+            raise ValueError(f"{name} must be zero for the floating-point type {fmt}")
+        return None
+    return zp
+
+
+def quantize_linear(x: npt.ArrayLike, y_scale: npt.ArrayLike, y_zero_point: npt.ArrayLike | None = None, *,
+                    axis: int = 1, block_size: int = 0, output_dtype=0, precision=0,
+                    saturate: int = 1) -> np.ndarray:
+    """ONNX ``QuantizeLinear``: ``saturate(rne(x / y_scale) + y_zero_point)``.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        float32, float16 or bfloat16.
+    y_scale : numpy.ndarray
+        float32, float16 or bfloat16; scalar, 1-D (per-axis) or blocked.
+    y_zero_point : numpy.ndarray, optional
+        Its dtype is the output type (int8, uint8, int16, uint16, ml_dtypes
+        int4/uint4/int2/uint2, or a float8/float4/float6 type with zeros).
+    axis : int
+        The per-axis or blocked dimension (default 1).
+    block_size : int
+        ``> 0``: blocked quantization along ``axis``.
+    output_dtype : int, str or dtype
+        The output type when no zero point is given (``0``: uint8).
+    precision : int, str or dtype
+        The dtype of the division (``0``: the scale's dtype). Only float32 is
+        available: a float16/bfloat16 division raises ``NotImplementedError``.
+    saturate : int
+        Floating-point outputs: ``1`` clamps to the largest finite value, ``0`` gives
+        NaN (e4m3fn) or inf (e5m2) on overflow.
+
+    Returns
+    -------
+    numpy.ndarray
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.array([[-1.0, 0.25, 2.5, 300.0]], np.float32)
+    >>> quantize_linear(x, np.float32(0.5), np.uint8(128))
+    array([[126, 128, 133, 255]], dtype=uint8)
+    >>> quantize_linear(x, np.float32(0.5), output_dtype="INT4")
+    array([[-2, 0, 5, 7]], dtype=int4)
+    """
+    xa = _float_arg("x", x)
+    s = _float_arg("y_scale", y_scale)
+    zp = None if y_zero_point is None else np.asarray(y_zero_point)
+    fmt = _qtype(output_dtype, "output_dtype") if (output_dtype != 0 and output_dtype is not None) else None
+    if zp is not None:
+        zfmt = _qtype(zp.dtype, "y_zero_point dtype")
+        if fmt is not None and fmt != zfmt:
+            raise ValueError(f"output_dtype={output_dtype!r} ({fmt}) does not match the y_zero_point dtype "
+                             f"{zp.dtype}; they must be the same type")
+        fmt = zfmt
+    fmt = fmt or "uint8"
+    div = s.dtype if (precision == 0 or precision is None) else _float_type(precision, "precision")
+    if div != np.float32:
+        raise NotImplementedError(f"the division x / y_scale would run in {div} (precision={precision!r}, y_scale "
+                                  f"dtype {s.dtype}); nbquant computes in float32 only: pass precision=1 (FLOAT) "
+                                  "or a float32 y_scale")
+    if saturate not in (0, 1, True, False):
+        raise ValueError(f"saturate={saturate!r} must be 0 or 1")
+    kwargs = _layout(xa.shape, s, axis, block_size)
+    zp = _zero_point(zp, s, fmt, "y_zero_point")
+    if fmt.startswith("float"):
+        return api.quantize(xa, s, fmt, saturate=bool(saturate), **kwargs)
+    return api.quantize(xa, s, fmt, zero_point=zp, **kwargs)
+
+
+def dequantize_linear(x: npt.ArrayLike, x_scale: npt.ArrayLike, x_zero_point: npt.ArrayLike | None = None, *,
+                      axis: int = 1, block_size: int = 0, output_dtype=0) -> np.ndarray:
+    """ONNX ``DequantizeLinear``: ``(x - x_zero_point) * x_scale`` in float32, cast to ``output_dtype``.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        Codes: int8, uint8, int16, uint16, ml_dtypes int4/uint4/int2/uint2, float8
+        e4m3fn/e5m2, float4 e2m1, float6.
+    x_scale : numpy.ndarray
+        float32, float16 or bfloat16.
+    x_zero_point : numpy.ndarray, optional
+        Same dtype as ``x`` (zeros for floating-point types).
+    axis, block_size
+        As in :func:`quantize_linear`.
+    output_dtype : int, str or dtype
+        ``0``: the scale's dtype; else FLOAT (1), FLOAT16 (10) or BFLOAT16 (16).
+
+    Returns
+    -------
+    numpy.ndarray
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> dequantize_linear(np.array([126, 128, 133, 255], np.uint8), np.float32(0.5), np.uint8(128))
+    array([-1. ,  0. ,  2.5, 63.5], dtype=float32)
+    """
+    q = np.asarray(x)
+    fmt = _qtype(q.dtype, "x dtype")
+    s = _float_arg("x_scale", x_scale)
+    out = s.dtype if (output_dtype == 0 or output_dtype is None) else _float_type(output_dtype, "output_dtype")
+    zp = None if x_zero_point is None else np.asarray(x_zero_point)
+    if zp is not None and not fmt.startswith("float") and zp.dtype != q.dtype:
+        raise TypeError(f"x_zero_point has dtype {zp.dtype}; it must have x's dtype {q.dtype}")
+    kwargs = _layout(q.shape, s, axis, block_size)
+    zp = _zero_point(zp, s, fmt, "x_zero_point")
+    return api.dequantize(q, s, zero_point=zp, out_dtype=out, **kwargs)
+
+
+def dynamic_quantize_linear(x: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ONNX ``DynamicQuantizeLinear``: per-tensor uint8 with a scale and zero point computed from ``x``.
+
+    ``y_scale = (max(0, max(x)) - min(0, min(x))) / 255`` (``1 / 255`` when both are
+    0), ``y_zero_point = rne(clip(0 - min(0, min(x)) / y_scale, 0, 255))``, then
+    :func:`quantize_linear` with them. All in float32.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        float32, not empty, finite.
+
+    Returns
+    -------
+    y : numpy.ndarray
+        uint8 codes.
+    y_scale : numpy.ndarray
+        0-d float32.
+    y_zero_point : numpy.ndarray
+        0-d uint8.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> y, s, z = dynamic_quantize_linear(np.array([0.0, 2.0, -3.0, -1.0], np.float32))
+    >>> y, s, z
+    (array([153, 255,   0, 102], dtype=uint8), array(0.01960784, dtype=float32), array(153, dtype=uint8))
+    """
+    xa = np.asarray(x)
+    if xa.dtype != np.float32:
+        raise TypeError(f"x has dtype {xa.dtype}; DynamicQuantizeLinear takes float32")
+    if xa.size == 0:
+        raise ValueError("x is empty; DynamicQuantizeLinear needs at least one element")
+    hi, lo = np.max(xa), np.min(xa)
+    if not (np.isfinite(hi) and np.isfinite(lo)):
+        raise ValueError(f"x must be finite; its range is [{lo}, {hi}]")
+    maxx = np.float32(max(np.float32(0), hi))
+    minx = np.float32(min(np.float32(0), lo))
+    scale = np.float32(np.float32(1.0) if maxx == minx else maxx - minx) / np.float32(255)
+    zp = np.rint(np.float32(min(np.float32(255), max(np.float32(0), np.float32(0) - minx / scale))))
+    y = api.quantize(xa, scale, "uint8", zero_point=zp)
+    return y, np.array(scale, np.float32), np.array(zp, np.uint8)

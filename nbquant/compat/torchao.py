@@ -1,0 +1,448 @@
+"""torchao 0.18 affine quantization primitives (``torchao.quantization.quant_primitives``) on NumPy arrays.
+
+Numerics (quant_primitives.py, identical in 0.18.0 and the 0.19 snapshot):
+
+* :func:`quantize_affine` (INT zero-point domain):
+  ``q = clamp(rne(x * fl(1 / scale)) + zero_point, quant_min, quant_max)`` —
+  reciprocal-multiply (``scale_op="reciprocal"``), zero point added **after**
+  rounding;
+* :func:`dequantize_affine`: ``(q - zero_point) * scale``, in float32, cast to
+  ``output_dtype``;
+* :func:`choose_qparams_affine`: torchao's SYMMETRIC / SYMMETRIC_NO_CLIPPING_ERR /
+  ASYMMETRIC scales and zero points (via :func:`nbquant.choose_qparams`);
+* the private FLOAT ("tinygemm") and NONE zero-point domains:
+  :func:`_quantize_affine_tinygemm` (``rne((x - (zp - scale * mid)) / scale)``,
+  **divides**), :func:`_dequantize_affine_tinygemm`,
+  :func:`_quantize_affine_no_zero_point`, :func:`_dequantize_affine_no_zero_point`.
+
+``block_size`` has one entry per dimension; element ``i`` along dimension ``d``
+uses block ``i // block_size[d]``. ``scale`` / ``zero_point`` may have any shape
+with one value per block (torchao ``.view()``-s them), row-major over the block
+grid.
+
+Dtypes are strings (``"uint8"``, ``"torch.uint4"``), numpy dtypes, or ``torch``
+dtype objects. ``uint1``..``uint7`` results are uint8 arrays holding ``0 ..
+2**b - 1`` (as torchao returns ``torch.uint8``). As in torch 2.13, ``int1``..``int7``
+outputs cannot be materialised: quantize to ``"int8"`` with ``quant_min=-8,
+quant_max=7`` for int4.
+
+Exactness: arithmetic is float32 as in torchao whenever torch's type promotion
+makes it float32, i.e. a float32 scale (or a float16/bfloat16 scale with a
+float32 input). Where torchao would compute in float16/bfloat16 (a half input
+with a half scale) or float64 (a float64 scale), these functions raise rather
+than give different bits.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import ml_dtypes
+import numpy as np
+import numpy.typing as npt
+
+from .. import api
+from ._common import dtype_key
+
+__all__ = [
+    "quantize_affine",
+    "dequantize_affine",
+    "choose_qparams_affine",
+    "MappingType",
+    "_quantize_affine_tinygemm",
+    "_dequantize_affine_tinygemm",
+    "_quantize_affine_no_zero_point",
+    "_dequantize_affine_no_zero_point",
+]
+
+
+class MappingType:
+    """torchao's ``MappingType`` names (plain strings are accepted too)."""
+
+    SYMMETRIC = "SYMMETRIC"
+    SYMMETRIC_NO_CLIPPING_ERR = "SYMMETRIC_NO_CLIPPING_ERR"
+    ASYMMETRIC = "ASYMMETRIC"
+
+
+# name -> (core format, bounds)
+_TARGETS: dict[str, tuple[str, int, int]] = {
+    "uint8": ("uint8", 0, 255), "int8": ("int8", -128, 127), "int16": ("int16", -32768, 32767),
+    **{f"uint{b}": ("uint8", 0, 2**b - 1) for b in range(1, 8)},
+    **{f"int{b}": ("int8", -(2 ** (b - 1)), 2 ** (b - 1) - 1) for b in range(1, 8)},
+}
+_SUB_BYTE_UINT = {f"uint{b}" for b in range(1, 8)}
+_SUB_BYTE_INT = {f"int{b}" for b in range(1, 8)}
+_FLOATS = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
+           "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+_HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def _target(dtype, name: str) -> str:
+    key = dtype_key(dtype, name, {**{k: k for k in _TARGETS}, "int32": "int32", "uint16": "uint16"})
+    if key == "int32":
+        raise NotImplementedError(f"{name}={dtype!r}: nbquant has no int32 format (torchao's int32 bounds "
+                                  "[-2**31, 2**31 - 1] cannot be produced)")
+    if key == "uint16":
+        raise ValueError(f"{name}={dtype!r}: Unsupported dtype (torchao 0.18 has no bounds for uint16)")
+    return key
+
+
+def _bounds(key: str, quant_min, quant_max) -> tuple[int, int]:
+    _, lo, hi = _TARGETS[key]
+    qmin = lo if quant_min is None else quant_min
+    qmax = hi if quant_max is None else quant_max
+    if qmin < lo:
+        raise ValueError(f"quant_min={quant_min} is out of bound for dtype {key}: quant_min_lower_bound is {lo}")
+    if qmax > hi:
+        raise ValueError(f"quant_max={quant_max} is out of bound for dtype {key}: quant_max_upper_bound is {hi}")
+    return int(qmin), int(qmax)
+
+
+def _input(x, name: str = "input") -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.dtype not in (np.dtype(np.float32), *_HALF):
+        raise TypeError(f"{name} has dtype {arr.dtype}; Unsupported input dtype: torchao quantizes float32, "
+                        "float16 or bfloat16")
+    return arr
+
+
+def _grid(shape: tuple[int, ...], block_size) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """torchao's ``_get_reduction_params`` checks; returns (block_size, block grid)."""
+    try:
+        block = tuple(operator.index(b) for b in block_size)
+    except TypeError:
+        raise TypeError(f"block_size={block_size!r} must be a tuple of ints, one per dimension") from None
+    if len(block) != len(shape):
+        raise ValueError(f"block_size={block} has {len(block)} entries; the input has {len(shape)} dimension(s) "
+                         f"{shape}")
+    for d, (n, b) in enumerate(zip(shape, block, strict=True)):
+        if b < 1 or b > n or n % b:
+            raise ValueError(f"block_size={block}: expecting input size at {d} dimension: {n} to be divisible by "
+                             f"block_size at {d} dimension: {b} (1 <= block <= size)")
+    return block, tuple(n // b for n, b in zip(shape, block, strict=True))
+
+
+def _view(name: str, value, grid: tuple[int, ...], floats_only: bool = False) -> np.ndarray:
+    """``value.view(grid)`` as torchao does: any shape with ``prod(grid)`` elements, row-major."""
+    arr = np.asarray(value)
+    if arr.size != int(np.prod(grid)):
+        raise ValueError(f"{name} has shape {arr.shape} ({arr.size} values); block grid {grid} needs "
+                         f"{int(np.prod(grid))} values")
+    if floats_only and arr.dtype not in (np.dtype(np.float32), np.dtype(np.float64), *_HALF):
+        raise TypeError(f"{name} has dtype {arr.dtype}; use a float32 (or float16/bfloat16) array")
+    return arr.reshape(grid)
+
+
+def _scale(scale, grid: tuple[int, ...], x_dtype: np.dtype | None = None) -> np.ndarray:
+    s = np.asarray(scale)
+    if not isinstance(scale, np.ndarray) and s.dtype.kind in "iuf":
+        s = s.astype(np.float32)  # torch.tensor(python floats) is float32
+    s = _view("scale", s, grid, floats_only=True)
+    if s.dtype == np.float64:
+        raise TypeError("scale has dtype float64; torchao would then compute in float64, which nbquant does not "
+                        "do: pass scale.astype(numpy.float32)")
+    if x_dtype is not None and s.dtype in _HALF and x_dtype == s.dtype:
+        raise NotImplementedError(f"input and scale are both {s.dtype}: torchao computes x * (1 / scale) in "
+                                  f"{s.dtype}, nbquant only in float32; pass scale.astype(numpy.float32)")
+    return s
+
+
+def _reciprocal(s: np.ndarray) -> tuple[np.ndarray, str]:
+    """``1.0 / scale`` in the scale's dtype, and the core ``scale_op`` that applies it."""
+    if s.dtype == np.float32:
+        return s, "reciprocal"
+    return (np.float32(1) / s.astype(np.float32)).astype(s.dtype), "multiply"
+
+
+def quantize_affine(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero_point: npt.ArrayLike | None,
+                    output_dtype, quant_min: int | None = None, quant_max: int | None = None) -> np.ndarray:
+    """``clamp(rne(input * (1.0 / scale)) + zero_point, quant_min, quant_max)``.
+
+    Parameters
+    ----------
+    input : numpy.ndarray
+        float32, float16 or bfloat16.
+    block_size : tuple of int
+        One entry per dimension, each dividing its dimension.
+    scale : numpy.ndarray
+        One value per block (float32; a float16/bfloat16 scale is inverted in its
+        own dtype, as torch does).
+    zero_point : numpy.ndarray
+        Integer zero points, one per block. ``None`` raises ``TypeError`` (as in
+        torchao 0.18); use :func:`_quantize_affine_no_zero_point` or zeros.
+    output_dtype : str or dtype
+        ``"uint8"``, ``"int8"``, ``"int16"``, ``"uint1"`` .. ``"uint7"`` (uint8 result).
+    quant_min, quant_max : int, optional
+        Clamp bounds inside the dtype's bounds.
+
+    Returns
+    -------
+    numpy.ndarray
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.array([[0.5, 1.5, -3.0, 100.0]], np.float32)
+    >>> quantize_affine(x, (1, 4), np.array([0.5], np.float32), np.array([3], np.int32), "uint4")
+    array([[ 4,  6,  0, 15]], dtype=uint8)
+    """
+    key = _target(output_dtype, "output_dtype")
+    qmin, qmax = _bounds(key, quant_min, quant_max)
+    x = _input(input)
+    block, grid = _grid(x.shape, block_size)
+    if zero_point is None or np.asarray(zero_point).size == 0:
+        raise TypeError("zero_point=None: torchao 0.18 quantize_affine adds the zero point unconditionally "
+                        "(unsupported operand type(s) for +: 'Tensor' and 'NoneType'); pass zeros, or use "
+                        "_quantize_affine_no_zero_point")
+    if key in _SUB_BYTE_INT:
+        raise NotImplementedError(f"output_dtype={output_dtype!r}: \"copy_\" not implemented for "
+                                  f"'{key.capitalize()}' in torch 2.13; use output_dtype='int8' with "
+                                  f"quant_min={qmin}, quant_max={qmax}")
+    s, op = _reciprocal(_scale(scale, grid, x.dtype))
+    zp = _view("zero_point", zero_point, grid)
+    return api.quantize(x, s, _TARGETS[key][0], zero_point=zp, block_size=block, quant_min=qmin,
+                        quant_max=qmax, scale_op=op)
+
+
+def _codes(input, key: str) -> np.ndarray:
+    q = np.asarray(input)
+    if key in _SUB_BYTE_UINT:
+        if q.dtype.kind not in "iu" or q.dtype.itemsize != 1:
+            raise TypeError(f"input has dtype {q.dtype}; {key} codes are stored as uint8")
+        return q
+    want = np.dtype(ml_dtypes.int4 if key == "int4" else ml_dtypes.int2 if key == "int2"
+                    else key if key in ("uint8", "int8", "int16") else np.int8)
+    if q.dtype != want:
+        raise TypeError(f"input has dtype {q.dtype}; Expected: {key} (input_dtype)")
+    return q
+
+
+def _out_dtype(output_dtype) -> np.dtype:
+    return dtype_key(output_dtype, "output_dtype", _FLOATS)
+
+
+def dequantize_affine(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero_point: npt.ArrayLike | None,
+                      input_dtype, quant_min: int | None = None, quant_max: int | None = None, *,
+                      output_dtype="float32") -> np.ndarray:
+    """``(input - zero_point) * scale``, cast to ``output_dtype``.
+
+    Parameters
+    ----------
+    input : numpy.ndarray
+        Codes of ``input_dtype`` (sub-byte unsigned dtypes: uint8 storage).
+    block_size : tuple of int
+        As in :func:`quantize_affine`.
+    scale : numpy.ndarray
+        One float per block.
+    zero_point : numpy.ndarray or None
+        One integer per block, or None (no zero point).
+    input_dtype : str or dtype
+        The codes' dtype, e.g. ``"int8"``, ``"uint4"``.
+    quant_min, quant_max : int, optional
+        Checked against the dtype's bounds (unused otherwise, as in torchao).
+    output_dtype : str or dtype
+        ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``.
+
+    Returns
+    -------
+    numpy.ndarray
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> q = np.array([[4, 6, 0, 15]], np.uint8)
+    >>> dequantize_affine(q, (1, 4), np.array([0.5], np.float32), np.array([3], np.int32), "uint4")
+    array([[ 0.5,  1.5, -1.5,  6. ]], dtype=float32)
+    """
+    key = _target(input_dtype, "input_dtype")
+    _bounds(key, quant_min, quant_max)
+    out = _out_dtype(output_dtype)
+    q = _codes(input, key)
+    block, grid = _grid(q.shape, block_size)
+    s = _scale(scale, grid)
+    zp = None if zero_point is None else _view("zero_point", zero_point, grid)
+    if key == "int16" and out in _HALF:
+        raise NotImplementedError(f"input_dtype int16 with output_dtype {out}: torchao converts the codes to {out} "
+                                  "before subtracting the zero point (rounding codes beyond 2048 / 256); nbquant "
+                                  "subtracts in float32. Use output_dtype='float32'")
+    if key in _SUB_BYTE_UINT:
+        q = q.view(np.uint8)
+    return api.dequantize(q, s, zero_point=zp, block_size=block, out_dtype=out)
+
+
+def choose_qparams_affine(input: npt.ArrayLike, mapping_type, block_size, target_dtype,
+                          quant_min: int | None = None, quant_max: int | None = None, eps: float | None = None,
+                          scale_dtype=None, zero_point_dtype="int32",
+                          keepdim: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """torchao's ``choose_qparams_affine`` for float32 inputs (through :func:`nbquant.choose_qparams`).
+
+    Parameters
+    ----------
+    input : numpy.ndarray
+        float32 (torchao computes the parameters of a half input in that half
+        dtype, which nbquant does not do).
+    mapping_type : str or MappingType
+        ``"SYMMETRIC"``, ``"SYMMETRIC_NO_CLIPPING_ERR"`` or ``"ASYMMETRIC"``.
+    block_size : tuple of int
+        As in :func:`quantize_affine`.
+    target_dtype : str or dtype
+        As ``output_dtype`` of :func:`quantize_affine` (``int1``..``int7`` allowed).
+    quant_min, quant_max : int, optional
+    eps : float, optional
+        Scale floor (default float32's smallest normal, as in torchao 0.18).
+    scale_dtype : str or dtype, optional
+        float32 (default: the input's dtype).
+    zero_point_dtype : str or dtype
+        ``"int32"`` (default), ``"int8"``, ``"uint8"``, ``"int16"`` or ``"float32"``.
+    keepdim : bool
+        Keep the block grid's size-1 dimensions.
+
+    Returns
+    -------
+    scale, zero_point : numpy.ndarray
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.array([[-1.0, 0.5], [2.0, 4.0]], np.float32)
+    >>> choose_qparams_affine(x, "SYMMETRIC", (1, 2), "int8")
+    (array([0.00784314, 0.03137255], dtype=float32), array([0, 0], dtype=int32))
+    """
+    from ..dynamic import choose_qparams
+
+    key = _target(target_dtype, "target_dtype")
+    qmin, qmax = _bounds(key, quant_min, quant_max)
+    mapping = getattr(mapping_type, "name", mapping_type)
+    mappings = {"SYMMETRIC": "symmetric", "SYMMETRIC_NO_CLIPPING_ERR": "symmetric_no_clipping_err",
+                "ASYMMETRIC": "asymmetric"}
+    if mapping not in mappings:
+        raise ValueError(f"mapping_type={mapping_type!r}: Unsupported mapping type; use one of {list(mappings)}")
+    x = _input(input)
+    if x.dtype != np.float32:
+        raise NotImplementedError(f"input has dtype {x.dtype}: torchao computes its scales in {x.dtype}, nbquant "
+                                  "in float32 only; pass input.astype(numpy.float32)")
+    block, grid = _grid(x.shape, block_size)
+    if scale_dtype is not None and dtype_key(scale_dtype, "scale_dtype", _FLOATS) != np.float32:
+        raise NotImplementedError(f"scale_dtype={scale_dtype!r}: only float32 scales are produced")
+    zdt = dtype_key(zero_point_dtype, "zero_point_dtype",
+                    {"int32": "int32", "int8": "int8", "uint8": "uint8", "int16": "int16", "float32": "float32"})
+    s, zp = choose_qparams(x, _TARGETS[key][0], block_size=block, mapping=mappings[mapping], quant_min=qmin,
+                           quant_max=qmax, eps=eps, scale_op="reciprocal")
+    shape = grid if keepdim else tuple(g for g in grid if g != 1)
+    return s.reshape(shape), zp.reshape(shape).astype(zdt)
+
+
+def _quantize_affine_no_zero_point(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero_point,
+                                   output_dtype, quant_min: int | None = None,
+                                   quant_max: int | None = None) -> np.ndarray:
+    """ZeroPointDomain.NONE: ``clamp(rne(input * (1.0 / scale)), quant_min, quant_max)``; ``zero_point`` is ignored.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> _quantize_affine_no_zero_point(np.array([1.25, -7.0], np.float32), (2,), np.float32(0.5), None, "int8")
+    array([  2, -14], dtype=int8)
+    """
+    key = _target(output_dtype, "output_dtype")
+    qmin, qmax = _bounds(key, quant_min, quant_max)
+    x = _input(input)
+    block, grid = _grid(x.shape, block_size)
+    if key in _SUB_BYTE_INT:
+        raise NotImplementedError(f"output_dtype={output_dtype!r} cannot be materialised in torch 2.13; use 'int8' "
+                                  f"with quant_min={qmin}, quant_max={qmax}")
+    s, op = _reciprocal(_scale(scale, grid, x.dtype))
+    return api.quantize(x, s, _TARGETS[key][0], block_size=block, quant_min=qmin, quant_max=qmax, scale_op=op)
+
+
+def _dequantize_affine_no_zero_point(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero_point,
+                                     input_dtype, quant_min: int | None = None, quant_max: int | None = None, *,
+                                     output_dtype="float32") -> np.ndarray:
+    """ZeroPointDomain.NONE: ``input * scale``; ``zero_point`` must be None.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> _dequantize_affine_no_zero_point(np.array([2, -14], np.int8), (2,), np.float32(0.5), None, "int8")
+    array([ 1., -7.], dtype=float32)
+    """
+    if zero_point is not None:
+        raise ValueError("zero_point should be None for _dequantize_affine_no_zero_point")
+    return dequantize_affine(input, block_size, scale, None, input_dtype, quant_min, quant_max,
+                             output_dtype=output_dtype)
+
+
+def _tinygemm_params(block_size, scale, zero_point, shape, key, quant_min, quant_max):
+    qmin, qmax = _bounds(key, quant_min, quant_max)
+    block, grid = _grid(shape, block_size)
+    s = _scale(scale, grid)
+    if zero_point is None:
+        raise TypeError("zero_point=None: the tinygemm (FLOAT domain) functions need a float zero point")
+    zp = _view("zero_point", zero_point, grid, floats_only=True)
+    if s.dtype != np.float32 or zp.dtype != np.float32:
+        raise NotImplementedError(f"scale ({s.dtype}) and zero_point ({zp.dtype}) must be float32: torchao computes "
+                                  "the tinygemm shift in their dtype, nbquant in float32 only")
+    return block, grid, s, zp, qmin, qmax, (qmax + qmin + 1) / 2
+
+
+def _reduction_view(a: np.ndarray, shape, block) -> np.ndarray:
+    """``a`` viewed as torchao's ``shape_for_reduction``: each dimension split into (blocks, block)."""
+    return a.reshape(tuple(v for n, b in zip(shape, block, strict=True) for v in (n // b, b)))
+
+
+def _quantize_affine_tinygemm(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero_point: npt.ArrayLike,
+                              output_dtype, quant_min: int | None = None,
+                              quant_max: int | None = None) -> np.ndarray:
+    """ZeroPointDomain.FLOAT (tinygemm): ``clamp(rne((input - (zero_point - scale * mid)) / scale))``.
+
+    ``mid = (quant_max + quant_min + 1) / 2``. This **divides** by the scale (unlike
+    :func:`quantize_affine`). nbquant has no core option to subtract a float offset
+    before scaling, so the shift ``input - min_val`` is one float32 NumPy subtraction
+    here (the same single rounding torch does); the division, rounding and clamp run
+    in :func:`nbquant.quantize` with ``scale_op="divide"``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.array([[0.0, 1.0, 2.0, 3.0]], np.float32)
+    >>> _quantize_affine_tinygemm(x, (1, 4), np.float32(0.2), np.float32(1.6), "uint4")
+    array([[ 0,  5, 10, 15]], dtype=uint8)
+    """
+    key = _target(output_dtype, "output_dtype")
+    x = _input(input)
+    block, grid, s, zp, qmin, qmax, mid = _tinygemm_params(block_size, scale, zero_point, x.shape, key,
+                                                           quant_min, quant_max)
+    if key in _SUB_BYTE_INT:
+        raise NotImplementedError(f"output_dtype={output_dtype!r} cannot be materialised in torch 2.13")
+    min_val = zp - s * np.float32(mid)
+    expanded = tuple(v for g in grid for v in (g, 1))
+    shifted = (_reduction_view(x.astype(np.float32), x.shape, block) - min_val.reshape(expanded)).reshape(x.shape)
+    return api.quantize(shifted, s, _TARGETS[key][0], block_size=block, quant_min=qmin, quant_max=qmax)
+
+
+def _dequantize_affine_tinygemm(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero_point: npt.ArrayLike,
+                                input_dtype, quant_min: int | None = None, quant_max: int | None = None, *,
+                                output_dtype="float32") -> np.ndarray:
+    """ZeroPointDomain.FLOAT (tinygemm): ``(input - mid) * scale + zero_point``, rounded after each step.
+
+    ``(input - mid) * scale`` is :func:`nbquant.dequantize` with ``zero_point=mid``;
+    adding the float zero point is one NumPy addition (nbquant has no core option
+    for an offset after scaling).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> q = np.array([[0, 5, 10, 15]], np.uint8)
+    >>> _dequantize_affine_tinygemm(q, (1, 4), np.float32(0.2), np.float32(1.6), "uint4")
+    array([[0., 1., 2., 3.]], dtype=float32)
+    """
+    key = _target(input_dtype, "input_dtype")
+    out = _out_dtype(output_dtype)
+    q = _codes(input, key)
+    block, grid, s, zp, qmin, qmax, mid = _tinygemm_params(block_size, scale, zero_point, q.shape, key,
+                                                           quant_min, quant_max)
+    if key in _SUB_BYTE_UINT:
+        q = q.view(np.uint8)
+    scaled = api.dequantize(q, s, zero_point=np.full(grid, mid, np.float32), block_size=block, out_dtype=out)
+    expanded = tuple(v for g in grid for v in (g, 1))
+    total = _reduction_view(scaled.astype(np.float32), q.shape, block) + zp.reshape(expanded)
+    return total.reshape(q.shape).astype(out)

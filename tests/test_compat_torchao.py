@@ -1,0 +1,159 @@
+"""nbquant.compat.torchao against torchao 0.18 itself (skipped when torch/torchao are absent) and argument rules."""
+
+from __future__ import annotations
+
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+from _helpers import assert_same_bits
+
+from nbquant.compat import torchao as ta
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    torch = pytest.importorskip("torch")
+    qp = pytest.importorskip("torchao.quantization.quant_primitives")
+
+_TORCH = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
+
+
+def _t(a: np.ndarray):
+    if a.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(a).copy())
+
+
+def _n(t) -> np.ndarray:
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def _tdtype(name: str):
+    return getattr(torch, name)
+
+
+CASES = [  # shape, block_size
+    ((6, 8), (6, 8)), ((6, 8), (1, 8)), ((6, 8), (6, 1)), ((6, 8), (1, 2)), ((6, 8), (3, 4)),
+    ((3, 3, 10, 10), (3, 3, 10, 2)), ((3, 3, 10, 10), (1, 3, 10, 10)), ((2, 4, 6), (1, 2, 3)),
+]
+TARGETS = [("uint8", None, None), ("int8", None, None), ("int8", -8, 7), ("uint4", None, None),
+           ("uint2", None, None), ("uint7", None, None), ("int16", None, None), ("int8", -127, 127)]
+
+
+def _x(rng, shape, dtype="float32", spread=4.0):
+    x = (rng.standard_normal(shape) * spread).astype(np.float32)
+    # plant exact ties of the reciprocal-multiplied value
+    x.reshape(-1)[::7] = np.float32(0.5) * np.round(x.reshape(-1)[::7] * 4)
+    return x.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+
+
+@pytest.mark.parametrize("mapping", ["SYMMETRIC", "ASYMMETRIC", "SYMMETRIC_NO_CLIPPING_ERR"])
+@pytest.mark.parametrize(("shape", "block"), CASES)
+@pytest.mark.parametrize(("target", "qmin", "qmax"), TARGETS)
+def test_round_trip_bit_exact_against_torchao(mapping, shape, block, target, qmin, qmax):
+    rng = np.random.default_rng(abs(hash((mapping, shape, block, target, qmin))) % 2**32)
+    x = _x(rng, shape)
+    if mapping == "SYMMETRIC_NO_CLIPPING_ERR" and (target.startswith("u") or qmin == 0):
+        # torchao divides min_neg by quant_min = 0 (inf/NaN scales); nbquant refuses the mapping
+        with pytest.raises(ValueError, match="quant_min < 0 < quant_max"):
+            ta.choose_qparams_affine(x, mapping, block, target, qmin, qmax)
+        return
+    tdt = _tdtype(target)
+    ts, tz = qp.choose_qparams_affine(_t(x), getattr(qp.MappingType, mapping), block, tdt, qmin, qmax)
+    s, z = ta.choose_qparams_affine(x, mapping, block, target, qmin, qmax)
+    assert_same_bits(s, _n(ts))
+    assert_same_bits(z, _n(tz))
+    tq = qp.quantize_affine(_t(x), block, ts, tz, tdt, qmin, qmax)
+    q = ta.quantize_affine(x, block, s, z, target, qmin, qmax)
+    assert_same_bits(q, _n(tq))
+    for out in ("float32", "float16", "bfloat16"):
+        if target == "int16" and out != "float32":
+            with pytest.raises(NotImplementedError, match="int16"):
+                ta.dequantize_affine(q, block, s, z, target, qmin, qmax, output_dtype=out)
+            continue
+        tdq = qp.dequantize_affine(tq, block, ts, tz, tdt, qmin, qmax, output_dtype=_tdtype(out))
+        dq = ta.dequantize_affine(q, block, s, z, target, qmin, qmax, output_dtype=out)
+        assert_same_bits(dq, _n(tdq))
+
+
+@pytest.mark.parametrize("xdtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("sdtype", ["float32", "float16", "bfloat16"])
+def test_half_inputs_and_scales(xdtype, sdtype):
+    rng = np.random.default_rng(7)
+    x = _x(rng, (8, 16), xdtype)
+    s = (rng.uniform(0.01, 0.3, (8, 2))).astype(ml_dtypes.bfloat16 if sdtype == "bfloat16" else sdtype)
+    z = rng.integers(-20, 20, (8, 2)).astype(np.int32)
+    if xdtype == sdtype:
+        with pytest.raises(NotImplementedError, match="float32"):
+            ta.quantize_affine(x, (1, 8), s, z, "int8")
+        return
+    tq = qp.quantize_affine(_t(x), (1, 8), _t(s), _t(z), torch.int8)
+    assert_same_bits(ta.quantize_affine(x, (1, 8), s, z, "int8"), _n(tq))
+
+
+@pytest.mark.parametrize(("shape", "block"), CASES[:6])
+def test_tinygemm_bit_exact(shape, block):
+    rng = np.random.default_rng(11)
+    x = _x(rng, shape)
+    ts, tz = qp._choose_qparams_affine_tinygemm(_t(x), qp.MappingType.ASYMMETRIC, block, torch.uint4, 0, 15)
+    s, z = _n(ts), _n(tz)
+    tq = qp._quantize_affine_tinygemm(_t(x), block, ts, tz, torch.uint4, 0, 15)
+    q = ta._quantize_affine_tinygemm(x, block, s, z, "uint4", 0, 15)
+    assert_same_bits(q, _n(tq))
+    for out in ("float32", "float16", "bfloat16"):
+        tdq = qp._dequantize_affine_tinygemm(tq, block, ts, tz, torch.uint4, 0, 15, output_dtype=_tdtype(out))
+        assert_same_bits(ta._dequantize_affine_tinygemm(q, block, s, z, "uint4", 0, 15, output_dtype=out), _n(tdq))
+
+
+def test_no_zero_point_domain_bit_exact():
+    rng = np.random.default_rng(5)
+    x = _x(rng, (4, 12))
+    s = rng.uniform(0.01, 0.2, (4, 3)).astype(np.float32)
+    tq = qp._quantize_affine_no_zero_point(_t(x), (1, 4), _t(s), None, torch.int8)
+    q = ta._quantize_affine_no_zero_point(x, (1, 4), s, None, "int8")
+    assert_same_bits(q, _n(tq))
+    tdq = qp._dequantize_affine_no_zero_point(tq, (1, 4), _t(s), None, torch.int8)
+    assert_same_bits(ta._dequantize_affine_no_zero_point(q, (1, 4), s, None, "int8"), _n(tdq))
+
+
+def test_zero_point_added_after_rounding():
+    # a tie 0.5 * s with zp 3 -> rne(0.5) + 3 = 3 (torch.quantize_per_tensor would give 4)
+    x = np.array([0.5, 1.5, 2.5], np.float32)
+    q = ta.quantize_affine(x, (3,), np.float32(1.0), np.int32(3), "uint8")
+    assert q.tolist() == [3, 5, 5]
+    tq = qp.quantize_affine(_t(x), (3,), torch.tensor([1.0]), torch.tensor([3]), torch.uint8)
+    assert _n(tq).tolist() == [3, 5, 5]
+
+
+def test_torch_dtype_objects_accepted():
+    x = np.array([[0.5, 1.5, -3.0, 100.0]], np.float32)
+    q = ta.quantize_affine(x, (1, 4), np.float32(0.5), np.int32(0), torch.uint4)
+    assert q.dtype == np.uint8 and q.tolist() == [[1, 3, 0, 15]]
+
+
+def test_errors_mirror_torchao():
+    x = np.ones((2, 4), np.float32)
+    with pytest.raises(TypeError, match="zero_point=None"):
+        ta.quantize_affine(x, (1, 4), np.ones(2, np.float32), None, "int8")
+    with pytest.raises(NotImplementedError, match="quant_min=-8, quant_max=7"):
+        ta.quantize_affine(x, (1, 4), np.ones(2, np.float32), np.zeros(2, np.int32), "int4")
+    with pytest.raises(ValueError, match="quant_min=-200"):
+        ta.quantize_affine(x, (1, 4), np.ones(2, np.float32), np.zeros(2, np.int32), "int8", quant_min=-200)
+    with pytest.raises(ValueError, match="divisible"):
+        ta.quantize_affine(x, (1, 3), np.ones(2, np.float32), np.zeros(2, np.int32), "int8")
+    with pytest.raises(ValueError, match="block grid"):
+        ta.quantize_affine(x, (1, 2), np.ones(2, np.float32), np.zeros(2, np.int32), "int8")
+    with pytest.raises(TypeError, match="float64"):
+        ta.quantize_affine(x, (1, 4), np.ones(2), np.zeros(2, np.int32), "int8")
+    with pytest.raises(NotImplementedError, match="int32"):
+        ta.quantize_affine(x, (1, 4), np.ones(2, np.float32), np.zeros(2, np.int32), "int32")
+    with pytest.raises(ValueError, match="mapping_type"):
+        ta.choose_qparams_affine(x, "AFFINE", (1, 4), "int8")
+    with pytest.raises(TypeError, match="Expected: int8"):
+        ta.dequantize_affine(np.zeros((2, 4), np.uint8), (1, 4), np.ones(2, np.float32), None, "int8")
+    for dt in (torch.int8, torch.uint4):
+        with pytest.raises((AssertionError, TypeError)):
+            qp.quantize_affine(_t(x), (1, 4), torch.ones(2), None, dt)
