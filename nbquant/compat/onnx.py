@@ -110,7 +110,7 @@ def _zero_point(zp: np.ndarray | None, scale: np.ndarray, fmt: str, name: str) -
         if np.any(zp.astype(np.float32) != 0):
             raise ValueError(f"{name} must be zero for the floating-point type {fmt}")
         return None
-    return zp
+    return zp.astype(np.int32)  # the core takes numpy integers, not ml_dtypes int4/int2 arrays
 
 
 def quantize_linear(x: npt.ArrayLike, y_scale: npt.ArrayLike, y_zero_point: npt.ArrayLike | None = None, *,

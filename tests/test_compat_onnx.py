@@ -1,0 +1,149 @@
+"""nbquant.compat.onnx against the ONNX reference evaluator (opset 25) and onnxruntime, bit for bit."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from _helpers import assert_same_bits
+
+from nbquant.compat import onnx as connx
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+OPSET = 25
+
+
+def _run(op: str, inputs: list, out_type: int, **attrs):
+    names = ["x", "s", "z"][: len(inputs)]
+    vin = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+           for n, a in zip(names, inputs, strict=True)]
+    outs = ["y"] if op != "DynamicQuantizeLinear" else ["y", "ys", "yz"]
+    node = helper.make_node(op, names, outs, **attrs)
+    vout = [helper.make_tensor_value_info(o, 0, None) for o in outs]
+    graph = helper.make_graph([node], "g", vin, vout)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    res = ReferenceEvaluator(model).run(None, dict(zip(names, inputs, strict=True)))
+    return res if len(res) > 1 else res[0]
+
+
+INT_TYPES = [(TensorProto.UINT8, np.uint8), (TensorProto.INT8, np.int8), (TensorProto.INT16, np.int16),
+             (TensorProto.UINT16, np.uint16), (TensorProto.INT4, ml_dtypes.int4), (TensorProto.UINT4, ml_dtypes.uint4),
+             (TensorProto.INT2, ml_dtypes.int2), (TensorProto.UINT2, ml_dtypes.uint2)]
+FLOAT_TYPES = [(TensorProto.FLOAT8E4M3FN, ml_dtypes.float8_e4m3fn), (TensorProto.FLOAT8E5M2, ml_dtypes.float8_e5m2),
+               (TensorProto.FLOAT4E2M1, ml_dtypes.float4_e2m1fn)]
+
+
+def _x(rng, shape, spread):
+    x = (rng.standard_normal(shape) * spread).astype(np.float32)
+    x.reshape(-1)[::5] = np.round(x.reshape(-1)[::5]) + 0.5  # ties
+    return x
+
+
+@pytest.mark.parametrize(("ttype", "dt"), INT_TYPES)
+@pytest.mark.parametrize("mode", ["tensor", "axis0", "axis1", "axis-1", "block"])
+def test_quantize_dequantize_linear_int_types(ttype, dt, mode):
+    rng = np.random.default_rng(ttype * 7 + len(mode))
+    x = _x(rng, (4, 6, 5), 40.0)
+    info = np.iinfo(np.int8 if dt in (np.int8, ml_dtypes.int4, ml_dtypes.int2) else np.uint8)
+    attrs = {}
+    if mode == "tensor":
+        s = np.float32(0.7)
+    elif mode.startswith("axis"):
+        a = int(mode[4:])
+        attrs["axis"] = a
+        s = rng.uniform(0.2, 3, x.shape[a]).astype(np.float32)
+    else:
+        attrs.update(axis=2, block_size=2)
+        s = rng.uniform(0.2, 3, (4, 6, 3)).astype(np.float32)
+    lo, hi = (int(ml_dtypes.iinfo(dt).min), int(ml_dtypes.iinfo(dt).max))
+    z = rng.integers(max(lo, info.min), min(hi, info.max) + 1, np.shape(s)).astype(dt)
+    y_ref = _run("QuantizeLinear", [x, np.asarray(s), np.asarray(z)], ttype, **attrs)
+    y = connx.quantize_linear(x, np.asarray(s), np.asarray(z), **attrs)
+    assert_same_bits(y, y_ref)
+    # output_dtype instead of a zero point
+    y2_ref = _run("QuantizeLinear", [x, np.asarray(s)], ttype, output_dtype=ttype, **attrs)
+    assert_same_bits(connx.quantize_linear(x, np.asarray(s), output_dtype=ttype, **attrs), y2_ref)
+    for out in (0, TensorProto.FLOAT16, TensorProto.BFLOAT16):
+        extra = {"output_dtype": out} if out else {}
+        d_ref = _run("DequantizeLinear", [y_ref, np.asarray(s), np.asarray(z)], 0, **attrs, **extra)
+        assert_same_bits(connx.dequantize_linear(y, np.asarray(s), np.asarray(z), **attrs, **extra), d_ref)
+
+
+@pytest.mark.parametrize(("ttype", "dt"), FLOAT_TYPES)
+@pytest.mark.parametrize("saturate", [1, 0])
+def test_quantize_linear_float_types(ttype, dt, saturate):
+    rng = np.random.default_rng(ttype)
+    x = _x(rng, (3, 64), 300.0)
+    x[0, :4] = [np.inf, -np.inf, 1e6, -1e6]
+    s = rng.uniform(0.05, 2, 64).astype(np.float32)
+    y_ref = _run("QuantizeLinear", [x, s], ttype, output_dtype=ttype, saturate=saturate)
+    y = connx.quantize_linear(x, s, output_dtype=ttype, saturate=saturate)
+    assert_same_bits(y, y_ref)
+    d_ref = _run("DequantizeLinear", [y_ref, s], 0)
+    assert_same_bits(connx.dequantize_linear(y, s), d_ref)
+
+
+def test_blocked_partial_last_block():
+    rng = np.random.default_rng(1)
+    x = _x(rng, (3, 7), 10.0)
+    s = rng.uniform(0.1, 1, (3, 3)).astype(np.float32)
+    y_ref = _run("QuantizeLinear", [x, s], TensorProto.INT8, axis=1, block_size=3, output_dtype=TensorProto.INT8)
+    assert_same_bits(connx.quantize_linear(x, s, axis=1, block_size=3, output_dtype="INT8"), y_ref)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_dynamic_quantize_linear(seed):
+    rng = np.random.default_rng(seed)
+    x = _x(rng, (5, 9), [1.0, 10.0, 0.01, 100.0, 3.0, 0.5][seed])
+    if seed == 4:
+        x = np.abs(x)  # min(0, min) = 0
+    if seed == 5:
+        x = np.zeros((2, 3), np.float32)  # max == min
+    y_ref, s_ref, z_ref = _run("DynamicQuantizeLinear", [x], 0)
+    y, s, z = connx.dynamic_quantize_linear(x)
+    assert_same_bits(y, y_ref)
+    assert_same_bits(s, np.asarray(s_ref))
+    assert_same_bits(z, np.asarray(z_ref))
+
+
+def test_against_onnxruntime():
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(0)
+    x = _x(rng, (8, 16), 20.0)
+    s = rng.uniform(0.05, 1, 16).astype(np.float32)
+    z = rng.integers(-10, 10, 16).astype(np.int8)
+    vin = [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape),
+           helper.make_tensor_value_info("s", TensorProto.FLOAT, s.shape),
+           helper.make_tensor_value_info("z", TensorProto.INT8, z.shape)]
+    node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], axis=1)
+    graph = helper.make_graph([node], "g", vin, [helper.make_tensor_value_info("y", TensorProto.INT8, x.shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (y_ort,) = sess.run(None, {"x": x, "s": s, "z": z})
+    assert_same_bits(connx.quantize_linear(x, s, z, axis=1), y_ort)
+
+
+def test_argument_errors():
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(ValueError, match="does not match"):
+        connx.quantize_linear(x, np.float32(1), np.int8(0), output_dtype=TensorProto.UINT8)
+    with pytest.raises(ValueError, match="FLOAT8E4M3FNUZ"):
+        connx.quantize_linear(x, np.float32(1), output_dtype=18)
+    with pytest.raises(ValueError, match="per-axis"):
+        connx.quantize_linear(x, np.ones(2, np.float32))
+    with pytest.raises(ValueError, match="blocked"):
+        connx.quantize_linear(x, np.ones((2, 1), np.float32), axis=1, block_size=2)
+    with pytest.raises(NotImplementedError, match="precision"):
+        connx.quantize_linear(x.astype(np.float16), np.float16(1))
+    # precision=FLOAT makes a float16 scale exact
+    assert connx.quantize_linear(x.astype(np.float16), np.float16(0.5), precision=1).tolist() == [[2] * 3] * 2
+    with pytest.raises(ValueError, match="must be zero"):
+        connx.quantize_linear(x, np.float32(1), np.array(1, ml_dtypes.float8_e4m3fn))
+    with pytest.raises(TypeError, match="x's dtype"):
+        connx.dequantize_linear(np.zeros(3, np.int8), np.float32(1), np.uint8(0))
+    with pytest.raises(TypeError, match="float32"):
+        connx.dynamic_quantize_linear(np.ones(3))
