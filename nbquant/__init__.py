@@ -27,6 +27,7 @@ from .block_formats import (
     quantize_mx,
     quantize_nvfp4,
 )
+from .calibration import HistogramCalibrator, MaxCalibrator
 from .dynamic import choose_qparams, quantize_dynamic
 from .formats import FORMATS, QuantFormat, get_format
 from .modelopt_ops import (
@@ -71,4 +72,6 @@ __all__ = [
     "fake_tensor_quant_backward",
     "fake_affine_tensor_quant_backward",
     "dynamic_block_quant",
+    "MaxCalibrator",
+    "HistogramCalibrator",
 ]
