@@ -8,9 +8,17 @@ their own amax — the **kept** dims, like TensorRT's axis and unlike pypto's),
 :meth:`~ScaledQuantDescriptor.dict` returns the non-default fields, and
 ``QuantDescriptor(**d.dict()) == d``.
 
-Numerics (semantics.md §6): ``fake_tensor_quant`` is
-``clamp(rne(x * S), lo, hi) / S`` with the multiplier ``S = maxbound / amax``; see
-``docs/compat/modelopt.md`` for the functions and their status.
+The functions mirror the documented ``tensor_quant`` module with its positional
+signatures (``TensorQuantFunction.forward(inputs, amax, num_bits=8, unsigned=False,
+narrow_range=True)`` etc.) and run on :mod:`nbquant.modelopt_ops`:
+
+* :func:`tensor_quant`: ``(clamp(rne(x * S), lo, hi), S)`` with ``S = maxbound / amax``;
+* :func:`fake_tensor_quant`: ``clamp(rne(x * S), lo, hi) / S``;
+* :func:`fake_affine_tensor_quant`: the removed gemmlowp-style affine fake quant;
+* :func:`scaled_e4m3`: ``e4m3(clamp(x * S, ±448)) * fl(1 / S)``, ``S = 448 / amax``.
+
+``amax`` broadcasts against the input (each dimension 1 or the input's size), as in
+modelopt.
 """
 
 from __future__ import annotations
@@ -18,8 +26,12 @@ from __future__ import annotations
 import operator
 
 import numpy as np
+import numpy.typing as npt
 
-__all__ = ["ScaledQuantDescriptor", "QuantDescriptor"]
+from .. import api, modelopt_ops
+
+__all__ = ["ScaledQuantDescriptor", "QuantDescriptor", "tensor_quant", "fake_tensor_quant",
+           "fake_affine_tensor_quant", "scaled_e4m3"]
 
 _BLOCK_KEYS = ("type", "scale_bits", "scale_block_sizes")
 _CALIB_METHODS = ("max", "histogram")
@@ -213,3 +225,110 @@ class ScaledQuantDescriptor:
 
 
 QuantDescriptor = ScaledQuantDescriptor
+
+
+def _amax(amax):
+    if amax is None:
+        raise TypeError("amax=None: modelopt's tensor_quant/fake_tensor_quant need an amax tensor "
+                        "(nbquant.modelopt_ops computes it from the input when amax is None)")
+    return amax
+
+
+def tensor_quant(inputs: npt.ArrayLike, amax: npt.ArrayLike, num_bits: int = 8, unsigned: bool = False,
+                 narrow_range: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """``TensorQuantFunction``: float32 codes ``clamp(rne(inputs * S))`` and ``S = maxbound / amax``.
+
+    ``outputs / scale`` dequantizes. ``maxbound = 2**(num_bits - 1 + unsigned) - 1``;
+    the range is ``[-maxbound, maxbound]`` when ``narrow_range`` (the default here),
+    ``[-maxbound - 1, maxbound]`` otherwise, ``[0, maxbound]`` when ``unsigned``.
+
+    Parameters
+    ----------
+    inputs : numpy.ndarray
+        float32, float16 or bfloat16.
+    amax : float or numpy.ndarray
+        ``>= 0``, broadcastable against ``inputs``.
+    num_bits : int
+    unsigned, narrow_range : bool
+
+    Returns
+    -------
+    outputs : numpy.ndarray
+        float32 codes.
+    scale : numpy.ndarray
+        float32 ``S`` (1.0 where ``amax <= 2**-24``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> tensor_quant(np.array([0.3, -1.0, 2.5], np.float32), np.float32(2.0), 4)
+    (array([ 1., -4.,  7.], dtype=float32), array(3.5, dtype=float32))
+    """
+    return modelopt_ops.tensor_quant(inputs, _amax(amax), num_bits, unsigned, narrow_range)
+
+
+def fake_tensor_quant(inputs: npt.ArrayLike, amax: npt.ArrayLike, num_bits: int = 8, unsigned: bool = False,
+                      narrow_range: bool = True) -> np.ndarray:
+    """``FakeTensorQuantFunction``: ``clamp(rne(inputs * S), lo, hi) / S``, ``S = maxbound / amax``.
+
+    Parameters
+    ----------
+    inputs : numpy.ndarray
+    amax : float or numpy.ndarray
+    num_bits : int
+    unsigned, narrow_range : bool
+
+    Returns
+    -------
+    numpy.ndarray
+        The input's dtype.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> fake_tensor_quant(np.array([0.3, -1.0, 2.5], np.float32), np.float32(2.0), 4)
+    array([ 0.2857143, -1.1428572,  2.       ], dtype=float32)
+    """
+    if isinstance(num_bits, (tuple, list)):
+        raise TypeError(f"num_bits={num_bits!r}: fake_tensor_quant takes integer bits; use scaled_e4m3 for E4M3")
+    return modelopt_ops.fake_tensor_quant(inputs, _amax(amax), num_bits, unsigned, narrow_range)
+
+
+def fake_affine_tensor_quant(inputs: npt.ArrayLike, min_range: float, max_range: float,
+                             num_bits: int = 8) -> np.ndarray:
+    """``FakeAffineTensorQuantFunction`` (removed in modelopt 0.39): per-tensor gemmlowp-style fake quant.
+
+    ``step = (max - min) / (2**n - 1)``, ``qz = rne(min / step) + 2**(n-1)``,
+    ``out = (clamp(rne(x / step) - qz, -2**(n-1), 2**(n-1) - 1) + qz) * step``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> fake_affine_tensor_quant(np.array([-1.0, 0.1, 0.5, 3.0], np.float32), -1.0, 2.0, 2)
+    array([-1.,  0.,  0.,  2.], dtype=float32)
+    """
+    return modelopt_ops.fake_affine_tensor_quant(inputs, min_range, max_range, num_bits)
+
+
+def scaled_e4m3(inputs: npt.ArrayLike, amax: npt.ArrayLike | None = None, E: int = 4, M: int = 3) -> np.ndarray:
+    """``ScaledE4M3Function``: ``e4m3(clamp(x * S, ±448)) * fl(1 / S)``, ``S = fl(fl(1 / amax) * 448)``.
+
+    ``amax <= 2**-24`` is read as 1.0. ``amax=None`` is modelopt's plain cast
+    ``x.to(float8_e4m3fn)`` (torch 2.13 saturates overflow and ±inf to ±448).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> scaled_e4m3(np.array([1.0, 0.3, -2.0], np.float32), np.float32(2.0))
+    array([ 1.       ,  0.2857143, -2.       ], dtype=float32)
+    >>> scaled_e4m3(np.array([1000.0, 0.3], np.float32)).tolist()
+    [448.0, 0.3125]
+    """
+    if (E, M) != (4, 3):
+        raise NotImplementedError(f"E={E}, M={M}: only E4M3 (E=4, M=3) is supported, as in modelopt")
+    if amax is None:
+        x = np.asarray(inputs)
+        q = api.quantize(x, 1.0, "float8_e4m3fn", saturate=True)
+        out = x.dtype if x.dtype != np.float64 else np.dtype(np.float32)
+        return api.dequantize(q, 1.0, out_dtype=out)
+    return modelopt_ops.scaled_e4m3(inputs, amax)
