@@ -346,7 +346,7 @@ def _scalar(name: str, v) -> np.float32:
 def _affine_params(min_range, max_range, num_bits):
     lo, hi = _scalar("min_range", min_range), _scalar("max_range", max_range)
     if not lo < hi:
-        raise ValueError(f"min_range={lo!r} must be below max_range={hi!r}")
+        raise ValueError(f"min_range={float(lo)!r} must be below max_range={float(hi)!r}")
     n = operator.index(num_bits) if not isinstance(num_bits, (bool, np.bool_)) else None
     if n is None or not 2 <= n <= 16:
         raise ValueError(f"num_bits={num_bits!r} must be an int in [2, 16]")

@@ -1,0 +1,137 @@
+"""modelopt ops (tensor_quant, fake quant, E4M3, FakeAffine, STE, dynamic block quant) against the NumPy oracle."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import nbquant
+from tests._helpers import assert_same_bits
+
+
+def _data(shape=(7, 33), seed=1) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * 3
+    x[0, 0], x[1, 1], x[2, 2] = np.nan, np.inf, -np.inf
+    return x
+
+
+AMAX_CASES = (
+    {"amax": 2.0},
+    {"amax": np.float32(2.0 ** -25)},
+    {"amax": None},
+    {"amax": None, "axis": 0},
+    {"amax": np.arange(1, 8, dtype=np.float32).reshape(7, 1)},
+    {"amax": None, "axis": 1, "block_size": 8},
+)
+
+
+@pytest.mark.parametrize("num_bits", [8, 4, 2, (4, 3), (5, 2), (2, 1)], ids=str)
+@pytest.mark.parametrize("case", AMAX_CASES, ids=lambda c: str({k: getattr(v, "shape", v) for k, v in c.items()}))
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, np.float64])
+def test_fake_tensor_quant_matches_reference(backend, num_bits, case, dtype):
+    x = _data().astype(dtype)
+    x_copy = x.copy()
+    for narrow in (True, False):
+        got = nbquant.fake_tensor_quant(x, num_bits=num_bits, narrow_range=narrow, backend=backend, **case)
+        ref = nbquant.fake_tensor_quant(x, num_bits=num_bits, narrow_range=narrow, backend="reference", **case)
+        assert_same_bits(got, ref)
+        assert got.dtype == (np.float32 if dtype == np.float64 else dtype)
+        if not isinstance(num_bits, tuple):
+            for a, b in zip(nbquant.tensor_quant(x, num_bits=num_bits, narrow_range=narrow, backend=backend, **case),
+                            nbquant.tensor_quant(x, num_bits=num_bits, narrow_range=narrow, backend="reference",
+                                                 **case), strict=True):
+                assert_same_bits(a, b)
+    assert_same_bits(x, x_copy)
+
+
+def test_integer_hand_examples():
+    x = np.array([0.3, -1.0, 2.5, np.nan, np.inf, -np.inf], np.float32)
+    q, s = nbquant.tensor_quant(x, 2.0, num_bits=4)  # S = 3.5, narrow [-7, 7]
+    assert float(s) == 3.5
+    assert q[:3].tolist() == [1.0, -4.0, 7.0] and np.isnan(q[3]) and q[4:].tolist() == [7.0, -7.0]
+    y = nbquant.fake_tensor_quant(x, 2.0, num_bits=4, narrow_range=False)
+    assert y[1] == np.float32(-4.0) / np.float32(3.5) and y[5] == np.float32(-8) / np.float32(3.5)
+    assert np.isnan(y[3])
+    z = nbquant.fake_tensor_quant(x, 2.0 ** -24, num_bits=8)  # amax <= 2**-24: finite → 0, ±inf/NaN → NaN
+    assert z[:3].tolist() == [0.0, 0.0, 0.0] and np.isnan(z[3:]).all()
+    u = nbquant.fake_tensor_quant(np.array([0.5, 1.0], np.float32), 1.0, num_bits=8, unsigned=True)
+    assert u.tolist() == [np.float32(128) / np.float32(255), 1.0]
+
+
+def test_e4m3_hand_examples():
+    y = nbquant.scaled_e4m3(np.array([1.0, 0.3, -2.0, 5.0, np.nan], np.float32), 2.0)
+    assert y[:4].tolist() == [1.0, np.float32(64 / np.float32(224)), -2.0, 2.0] and np.isnan(y[4])
+    amax = np.float32(3.0)  # S = fl(fl(1/3) * 448), not fl(448/3)
+    s = (np.float32(1) / amax) * np.float32(448)
+    x = np.array([1.0], np.float32)
+    v = np.float32(x[0] * s).astype(ml_dtypes.float8_e4m3fn).astype(np.float32) * (np.float32(1) / s)
+    assert nbquant.scaled_e4m3(x, amax)[0] == v
+    assert nbquant.scaled_e4m3(np.array([1e-9], np.float32), 0.0)[0] == np.float32(
+        np.float32(1e-9 * 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float32) / 448)  # amax 0 read as 1
+
+
+def test_ste_backward(backend):
+    x = np.array([-2.0, -1.0, 0.5, 1.0, 1.5, np.nan], np.float32)
+    g = np.arange(1, 7, dtype=np.float32)
+    got = nbquant.fake_tensor_quant_backward(g, x, 1.0, backend=backend)
+    assert got.tolist() == [0.0, 2.0, 3.0, 4.0, 0.0, 0.0]
+    x2 = _data()
+    g2 = np.ones_like(x2)
+    for kw in ({"axis": 0}, {"axis": 1, "block_size": 8}):
+        amax = nbquant.reduce_amax(x2, **kw) / 2
+        assert_same_bits(nbquant.fake_tensor_quant_backward(g2, x2, amax, backend=backend, **kw),
+                         nbquant.fake_tensor_quant_backward(g2, x2, amax, backend="reference", **kw))
+    aff = nbquant.fake_affine_tensor_quant_backward(g, x, -1.0, 1.0, backend=backend)
+    assert aff.tolist() == [0.0, 2.0, 3.0, 4.0, 0.0, 0.0]
+
+
+def test_fake_affine(backend):
+    x = _data()
+    assert_same_bits(nbquant.fake_affine_tensor_quant(x, -1.5, 2.0, backend=backend),
+                     nbquant.fake_affine_tensor_quant(x, -1.5, 2.0, backend="reference"))
+    y = nbquant.fake_affine_tensor_quant(np.array([-1.0, 0.1, 0.5, 3.0], np.float32), -1.0, 2.0, num_bits=2)
+    assert y.tolist() == [-1.0, 0.0, 0.0, 2.0]  # step 1, qz = 1: 0.5 → rne 0 → -1 → (−1 + 1) * 1
+
+
+def test_dynamic_block_quant(backend):
+    x = _data((5, 40))
+    for bs in ({-1: 8, "type": "dynamic"}, {-1: 16}, {-1: None}, {-2: 5, -1: 8}):
+        assert_same_bits(nbquant.dynamic_block_quant(x, bs, 4, backend=backend),
+                         nbquant.dynamic_block_quant(x, bs, 4, backend="reference"))
+    y = nbquant.dynamic_block_quant(np.array([[0.1, -0.2, 4.0, 1.0]], np.float32), {-1: 2}, 4)
+    assert y[0, 1] == np.float32(-0.2) and y[0, 2] == 4.0
+
+
+def test_reduce_amax(backend):
+    x = _data()
+    got = nbquant.reduce_amax(x, axis=0, backend=backend)
+    assert np.isnan(got[0, 0]) and np.isinf(got[1, 0])
+    ref = np.max(np.abs(x[3:]), axis=1)
+    assert_same_bits(got[3:, 0], ref)
+
+
+@pytest.mark.parametrize(("call", "exc", "match"), [
+    (lambda x: nbquant.fake_tensor_quant(x, -1.0), ValueError, "amax must be >= 0"),
+    (lambda x: nbquant.fake_tensor_quant(x, 1.0, num_bits=1), ValueError, "num_bits=1"),
+    (lambda x: nbquant.fake_tensor_quant(x, 1.0, num_bits=8.5), TypeError, "num_bits=8.5"),
+    (lambda x: nbquant.fake_tensor_quant(x, 1.0, num_bits=(3, 3)), ValueError, r"num_bits=\(3, 3\)"),
+    (lambda x: nbquant.fake_tensor_quant(x, 1.0, unsigned=True), TypeError, "negative"),
+    (lambda x: nbquant.fake_tensor_quant(x, 1.0, narrow_range="yes"), TypeError, "narrow_range='yes'"),
+    (lambda x: nbquant.fake_tensor_quant(x, np.ones((3, 3), np.float32)), ValueError, "amax has shape"),
+    (lambda x: nbquant.fake_tensor_quant(x, np.array(["a"])), TypeError, "amax has dtype"),
+    (lambda x: nbquant.tensor_quant(x, 1.0, num_bits=(4, 3)), ValueError, "num_bits=\\(E, M\\)"),
+    (lambda x: nbquant.scaled_e4m3(x, 1.0, E=5, M=2), ValueError, "E=5, M=2"),
+    (lambda x: nbquant.fake_affine_tensor_quant(x, 2.0, 1.0), ValueError, "min_range=2.0"),
+    (lambda x: nbquant.fake_affine_tensor_quant(x, [0, 1], 2.0), TypeError, "min_range"),
+    (lambda x: nbquant.fake_affine_tensor_quant(x, -1.0, np.inf), ValueError, "max_range=inf"),
+    (lambda x: nbquant.fake_tensor_quant_backward(x[:, :2], x, 1.0), ValueError, "grad_output has shape"),
+    (lambda x: nbquant.dynamic_block_quant(x, [32]), TypeError, "block_sizes"),
+    (lambda x: nbquant.dynamic_block_quant(x, {"type": "dynamic"}), ValueError, "names no axis"),
+    (lambda x: nbquant.dynamic_block_quant(x, {5: 4}), ValueError, "key 5"),
+    (lambda x: nbquant.dynamic_block_quant(x, {-1: 4, "scale_bits": 8}), ValueError, "scale_bits"),
+    (lambda x: nbquant.fake_tensor_quant(x.astype(np.int32), 1.0), TypeError, "dtype int32"),
+])
+def test_bad_arguments(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call(np.array([[-1.0, 0.5, 2.0, 3.0]], np.float32))
