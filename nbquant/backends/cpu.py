@@ -21,6 +21,8 @@ import numpy as np
 from numba import njit, prange
 
 from ..element import (
+    SCALE_DIVIDE,
+    SCALE_MULTIPLY,
     code_bits,
     code_value,
     decode_minifloat,
@@ -68,8 +70,10 @@ def quantize_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, mask,
         p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
         if bc == 1:
             xs, ss, zs, os = x[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], out[p, r, c:end]
-            for i in range(xs.size):
-                os[i] = code_bits(quantize_value(xs[i], ss[i], zs[i], scale_op, zp_before, qmin, qmax), mask)
+            if scale_op == SCALE_MULTIPLY:
+                _quantize_columns(xs, ss, zs, os, SCALE_MULTIPLY, zp_before, qmin, qmax, mask)
+            else:
+                _quantize_columns(xs, ss, zs, os, SCALE_DIVIDE, zp_before, qmin, qmax, mask)
             continue
         g = c // bc
         while c < end:
@@ -77,14 +81,44 @@ def quantize_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, mask,
             s = scale[sp, sr, g]
             z = zp[sp, sr, g] if has_zp else np.float32(0)
             xs, os = x[p, r, c:stop], out[p, r, c:stop]
-            for i in range(xs.size):
-                os[i] = code_bits(quantize_value(xs[i], s, z, scale_op, zp_before, qmin, qmax), mask)
+            if scale_op == SCALE_MULTIPLY:
+                _quantize_block(xs, os, s, z, SCALE_MULTIPLY, zp_before, qmin, qmax, mask)
+            else:
+                _quantize_block(xs, os, s, z, SCALE_DIVIDE, zp_before, qmin, qmax, mask)
             c = stop
             g += 1
 
 
+# The kernels call the helpers below with ``scale_op`` as a literal constant, one call per
+# value, so each inner loop is compiled for one scale op: the multiply path never divides
+# (a float32 divide costs more than the memory traffic on two cores).
+
+
+@njit(inline="always")
+def _quantize_block(xs, os, s, z, scale_op, zp_before, qmin, qmax, mask):
+    """Codes of one scale block ``xs`` into ``os``."""
+    for i in range(xs.size):
+        os[i] = code_bits(quantize_value(xs[i], s, z, scale_op, zp_before, qmin, qmax), mask)
+
+
+@njit(inline="always")
+def _quantize_columns(xs, ss, zs, os, scale_op, zp_before, qmin, qmax, mask):
+    """Codes of ``xs`` with one scale and zero point per element (``ss``, ``zs``) into ``os``."""
+    for i in range(xs.size):
+        os[i] = code_bits(quantize_value(xs[i], ss[i], zs[i], scale_op, zp_before, qmin, qmax), mask)
+
+
 @njit(inline="always")
 def _quantize_bytes(xs, os, s, z, scale_op, zp_before, qmin, qmax, nbits):
+    """Pack the codes of ``xs`` (one scale block) into ``os``, compiled per scale op."""
+    if scale_op == SCALE_MULTIPLY:
+        _pack_block(xs, os, s, z, SCALE_MULTIPLY, zp_before, qmin, qmax, nbits)
+    else:
+        _pack_block(xs, os, s, z, SCALE_DIVIDE, zp_before, qmin, qmax, nbits)
+
+
+@njit(inline="always")
+def _pack_block(xs, os, s, z, scale_op, zp_before, qmin, qmax, nbits):
     """Pack the codes of ``xs`` (one scale block) into ``os``: 2 (4-bit) or 4 (2-bit) codes per byte.
 
     The two widths are written out so each inner loop has a fixed shape and vectorizes.
