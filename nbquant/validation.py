@@ -44,7 +44,12 @@ def _as_float_param(name: str, value) -> np.ndarray:
     elif arr.dtype not in FLOAT_INPUT_DTYPES:
         raise TypeError(f"{name} has dtype {arr.dtype}; use a float ({_NAMES}) or integer array or scalar")
     with np.errstate(over="ignore"):  # beyond float32 becomes inf, which the finiteness checks reject
-        return arr.astype(np.float32)
+        return arr.astype(np.float32, copy=False)
+
+
+def _all_within(arr: np.ndarray, low: float, high: float) -> bool:
+    """Whether every value lies in ``(low, high)``: two reductions, no temporaries (NaN fails)."""
+    return arr.size == 0 or bool(arr.min() > low and arr.max() < high)
 
 
 def _first_bad(name: str, arr: np.ndarray, bad: np.ndarray, allowed: str) -> None:
@@ -58,7 +63,8 @@ def check_scale(scale, layout: BlockLayout, name: str = "scale") -> np.ndarray:
     """Return the scale as a float32 block-grid array; every value must be finite and > 0."""
     raw = _as_float_param(name, scale)
     s = param_grid(name, raw, layout)
-    _first_bad(name, raw, ~(np.isfinite(raw) & (raw > 0)), "finite and > 0")
+    if not _all_within(raw, 0, np.inf):
+        _first_bad(name, raw, ~(np.isfinite(raw) & (raw > 0)), "finite and > 0")
     return np.ascontiguousarray(s)
 
 
@@ -72,7 +78,8 @@ def check_zero_point(zero_point, layout: BlockLayout, fmt: QuantFormat, integral
         return None
     raw = _as_float_param("zero_point", zero_point)
     z = param_grid("zero_point", raw, layout)
-    _first_bad("zero_point", raw, ~np.isfinite(raw), "finite")
+    if not _all_within(raw, -np.inf, np.inf):
+        _first_bad("zero_point", raw, ~np.isfinite(raw), "finite")
     if integral:
         _first_bad("zero_point", raw, raw != np.rint(raw),
                    "integers when added after rounding (zero_point_order='after_rounding')")
