@@ -22,9 +22,11 @@ from .backends import (
 from .block_formats import (
     MX_FORMATS,
     BlockQuantized,
+    NF4Quantized,
     dequantize_mx,
     dequantize_nvfp4,
     quantize_mx,
+    quantize_nf4,
     quantize_nvfp4,
 )
 from .calibration import HistogramCalibrator, MaxCalibrator
@@ -51,6 +53,8 @@ __all__ = [
     "quantize_nvfp4",
     "dequantize_nvfp4",
     "BlockQuantized",
+    "NF4Quantized",
+    "quantize_nf4",
     "MX_FORMATS",
     "backends",
     "set_backend",

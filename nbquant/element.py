@@ -455,3 +455,28 @@ def scaled_minifloat_fake(x, s, inv_s, maxval, fp):
     c = v if v != v else c
     code = encode_minifloat(c, fp[0], fp[1], fp[2], fp[3], fp[4], fp[5], True)
     return decode_minifloat(code, fp[0], fp[1], fp[6]) * np.float32(inv_s)
+
+
+# --- NF4 (modelopt NF4QTensor) -------------------------------------------------------------------
+
+#: modelopt's NF4 table, as stored there: the 4-decimal values rounded to bfloat16.
+NF4_VALUES = (
+    np.float32(-1.0), np.float32(-0.6953125), np.float32(-0.5234375), np.float32(-0.39453125),
+    np.float32(-0.28515625), np.float32(-0.1845703125), np.float32(-0.09130859375), np.float32(0.0),
+    np.float32(0.07958984375), np.float32(0.1611328125), np.float32(0.24609375), np.float32(0.337890625),
+    np.float32(0.44140625), np.float32(0.5625), np.float32(0.72265625), np.float32(1.0),
+)
+
+
+@njit(inline="always")
+def nf4_code(v):
+    """Index of the NF4 table entry nearest to float32 ``v`` (the first on a tie; 0 for NaN), as argmin does."""
+    x = np.float32(v)
+    best = np.int64(0)
+    best_d = abs(x - NF4_VALUES[0])
+    for i in range(1, 16):
+        d = abs(x - NF4_VALUES[i])
+        if d < best_d:
+            best = np.int64(i)
+            best_d = d
+    return best

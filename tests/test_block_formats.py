@@ -177,3 +177,74 @@ def test_inputs_are_not_modified():
     np.testing.assert_array_equal(x, before)
     np.testing.assert_array_equal(bq.data, data)
     np.testing.assert_array_equal(_bits(bq.scales), _bits(scales))
+
+
+# --- NF4 with double quantization -------------------------------------------------------------------
+
+_NF4_SKIP = pytest.mark.not_on_backend("cuda", reason="no CUDA NF4 kernels yet")
+
+
+def _both_nf4(backend, x, **kwargs):
+    ref = nbquant.quantize_nf4(x, backend="reference", **kwargs)
+    got = nbquant.quantize_nf4(x, backend=backend, **kwargs)
+    np.testing.assert_array_equal(got.data, ref.data)
+    np.testing.assert_array_equal(_bits(got.scales), _bits(ref.scales))
+    return got, ref
+
+
+@_NF4_SKIP
+def test_nf4_hand_example(backend):
+    """1.0 -> index 15, -0.5 -> -0.5234375 (2), 0.25 -> 0.24609375 (10), 0.0 -> 7; first element in the high nibble."""
+    nq, _ = _both_nf4(backend, np.array([1.0, -0.5, 0.25, 0.0], np.float32), block_size=4)
+    assert nq.data.tolist() == [0xF2, 0xA7]
+    assert nq.scales.tolist() == [1.0]
+    assert nq.dequantize(backend=backend).tolist() == [1.0, -0.5234375, 0.24609375, 0.0]
+
+
+@_NF4_SKIP
+def test_nf4_ties_take_the_first_entry(backend):
+    """Exactly between 0 (index 7) and 0.07958984375 (index 8): argmin keeps the first."""
+    x = np.array([0.039794921875, 1.0], np.float32)
+    nq, _ = _both_nf4(backend, x, block_size=2)
+    assert nq.data.tolist() == [0x7F]
+
+
+@_NF4_SKIP
+@pytest.mark.parametrize("scale_block_size", [None, 4])
+def test_nf4_matches_reference(backend, scale_block_size):
+    x = _sample((8, 64), seed=4)
+    x[0, :16] = 0
+    x[1, 3] = np.nan
+    for xx in (x, x.astype(np.float16), x.astype(ml_dtypes.bfloat16)):
+        got, ref = _both_nf4(backend, xx, block_size=16, scale_block_size=scale_block_size)
+        for out_dtype in (np.float32, ml_dtypes.bfloat16):
+            np.testing.assert_array_equal(_bits(got.dequantize(out_dtype, backend=backend)),
+                                          _bits(ref.dequantize(out_dtype, backend="reference")))
+
+
+def test_nf4_double_quantization_by_hand():
+    """Scales 1, 2, 3, 6: mean 3, centred -2 -1 0 3, double scale fl(1/3) * 127, q = rne(c * ds)."""
+    x = np.array([1.0, 0, 2.0, 0, 3.0, 0, 6.0, 0], np.float32)
+    nq = nbquant.quantize_nf4(x, block_size=2, scale_block_size=4)
+    ds = np.float32(np.float32(1) / np.float32(3)) * np.float32(127)
+    assert nq.scale_mean == np.float32(3.0)
+    assert nq.double_scales.tolist() == [ds]
+    assert nq.scales.tolist() == np.rint(np.array([-2, -1, 0, 3], np.float32) * ds).astype(int).tolist()
+    expected = nq.scales.astype(np.float32) / ds + np.float32(3)
+    np.testing.assert_array_equal(nq.block_scales(), expected)
+    assert np.abs(nq.dequantize()[::2] - x[::2]).max() < 0.05
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        (dict(block_size=3), ValueError, "block_size=3"),
+        (dict(block_size=16), ValueError, "multiple of block_size=16"),
+        (dict(block_size=4, scale_block_size=4), ValueError, "scale_block_size=4 must be a positive int dividing"),
+        (dict(block_size=4, scale_block_size=0), ValueError, "scale_block_size=0"),
+        (dict(block_size=4, scale_block_size=2, scale_bits=9), ValueError, "scale_bits=9"),
+    ],
+)
+def test_nf4_bad_input(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        nbquant.quantize_nf4(np.ones(24, np.float32), **kwargs)

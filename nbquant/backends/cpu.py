@@ -34,7 +34,15 @@ from ..element import (
 from ..layout import canonical_views
 from ._cache import stamp_cache_with_element_source
 from ._views import kernel_float_view, output_float_like, row_tile
-from .cpu_blocks import amax, mx_dequantize, mx_quantize, nvfp4_dequantize, nvfp4_quantize  # noqa: F401
+from .cpu_blocks import (  # noqa: F401
+    amax,
+    mx_dequantize,
+    mx_quantize,
+    nf4_dequantize,
+    nf4_quantize,
+    nvfp4_dequantize,
+    nvfp4_quantize,
+)
 
 name = "cpu"
 

@@ -12,6 +12,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..element import (
+    NF4_VALUES,
     SCALE_MULTIPLY,
     abs_bits,
     bits_f32,
@@ -23,6 +24,7 @@ from ..element import (
     load_f32,
     mx_inverse_scale,
     mx_scale_code,
+    nf4_code,
     quantize_value,
     store_float,
 )
@@ -181,8 +183,43 @@ def amax_bits_kernel(x, tile):
     return partial.max()
 
 
+@njit(**_KERNEL_OPTIONS)
+def nf4_quantize_kernel(x, block, tile, codes, scales):
+    """NF4: per-block ``amax`` into ``scales`` (rows, n / block) and table indices of ``x / amax`` packed two per
+    byte into ``codes`` (rows, n / 2), the first element in the HIGH nibble (modelopt's layout)."""
+    rows, n = x.shape
+    nblocks = n // block
+    ntiles = (nblocks + tile - 1) // tile
+    for unit in prange(rows * ntiles):
+        r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
+        for b in range(b0, b1):
+            xs = x[r, b * block:(b + 1) * block]
+            amax = bits_f32(_amax_bits(xs))
+            scales[r, b] = amax
+            os = codes[r, b * block // 2:(b + 1) * block // 2]
+            for j in range(os.size):
+                os[j] = (nf4_code(load_f32(xs[2 * j]) / amax) << 4) | nf4_code(load_f32(xs[2 * j + 1]) / amax)
+
+
+@njit(**_KERNEL_OPTIONS)
+def nf4_dequantize_kernel(codes, scales, block, tile, like, out):
+    """NF4 dequantize: ``table[code] * scale`` per block into ``out`` (rows, n)."""
+    rows, n = out.shape
+    nblocks = n // block
+    ntiles = (nblocks + tile - 1) // tile
+    for unit in prange(rows * ntiles):
+        r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
+        for b in range(b0, b1):
+            s = np.float32(scales[r, b])
+            qs = codes[r, b * block // 2:(b + 1) * block // 2]
+            os = out[r, b * block:(b + 1) * block]
+            for j in range(qs.size):
+                os[2 * j] = store_float(NF4_VALUES[qs[j] >> 4] * s, like)
+                os[2 * j + 1] = store_float(NF4_VALUES[qs[j] & 15] * s, like)
+
+
 _KERNELS = (mx_quantize_kernel, mx_dequantize_kernel, nvfp4_quantize_kernel, nvfp4_dequantize_kernel,
-            amax_bits_kernel)
+            amax_bits_kernel, nf4_quantize_kernel, nf4_dequantize_kernel)
 stamp_cache_with_element_source(_KERNELS)
 
 #: Blocks per parallel work unit.
@@ -212,6 +249,16 @@ def nvfp4_quantize(x, spec, codes, scales) -> None:
 def nvfp4_dequantize(codes, scales, spec, out) -> None:
     nvfp4_dequantize_kernel(codes, scales, spec.block_size, np.float32(spec.global_scale), _TILE_BLOCKS,
                             output_float_like(spec.out_dtype), kernel_float_view(out))
+
+
+def nf4_quantize(x, spec, codes, scales) -> None:
+    """NF4 codes and float32 per-block amax scales of ``x`` (rows, n)."""
+    nf4_quantize_kernel(kernel_float_view(x), spec.block_size, _TILE_BLOCKS, codes, scales)
+
+
+def nf4_dequantize(codes, scales, spec, out) -> None:
+    nf4_dequantize_kernel(codes, scales, spec.block_size, _TILE_BLOCKS, output_float_like(spec.out_dtype),
+                          kernel_float_view(out))
 
 
 def amax(x) -> np.float32:

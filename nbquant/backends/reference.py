@@ -169,6 +169,29 @@ def nvfp4_dequantize(codes, scales, spec, out) -> None:
     out[...] = (_blocks(values, block) * scale[..., None]).reshape(out.shape).astype(spec.out_dtype)
 
 
+#: modelopt's NF4 table (bfloat16 values).
+_NF4 = np.array([-1.0, -0.6962, -0.5251, -0.3949, -0.2844, -0.1848, -0.0911, 0.0, 0.0796, 0.1609, 0.2461, 0.3379,
+                 0.4407, 0.5626, 0.7230, 1.0]).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+@np.errstate(invalid="ignore", divide="ignore")
+def nf4_quantize(x, spec, codes, scales) -> None:
+    """NF4: ``argmin |x / amax - table|`` per element, packed high nibble first; amax per block."""
+    blocks = _blocks(np.asarray(x, np.float32), spec.block_size)
+    amax = np.max(np.abs(blocks), axis=-1)
+    scales[...] = amax
+    index = np.argmin(np.abs((blocks / amax[..., None])[..., None] - _NF4), axis=-1).astype(np.uint8)
+    index = index.reshape(codes.shape[0], -1)
+    codes[...] = (index[:, 0::2] << 4) | index[:, 1::2]
+
+
+@np.errstate(over="ignore", invalid="ignore")
+def nf4_dequantize(codes, scales, spec, out) -> None:
+    index = np.stack([codes >> 4, codes & 15], axis=-1).reshape(codes.shape[0], -1)
+    values = _blocks(_NF4[index], spec.block_size) * scales[..., None].astype(np.float32)
+    out[...] = values.reshape(out.shape).astype(spec.out_dtype)
+
+
 def amax(x) -> float:
     """``max |x|`` as float32 (NaN if any element is NaN)."""
     return np.float32(np.max(np.abs(np.asarray(x, np.float32)))) if np.size(x) else np.float32(0)
