@@ -489,7 +489,7 @@ def all_signatures() -> list[tuple[str, object]]:
     Examples
     --------
     >>> len(all_signatures())
-    53
+    70
     """
     sigs = []
     for d in INPUT_DTYPES:
@@ -500,7 +500,7 @@ def all_signatures() -> list[tuple[str, object]]:
         sigs += [("dequantize", kernel_signature("dequantize", c, o)) for c in CODE_DTYPES]
         sigs.append(("dequantize_packed", kernel_signature("dequantize_packed", np.uint8, o)))
         sigs += [(f, kernel_signature(f, np.uint8, o)) for f in ("dequantize_float", "dequantize_float_packed")]
-    return sigs + _cuda_blocks.all_block_signatures()
+    return sigs + _cuda_blocks.all_block_signatures() + _cuda_dynamic.all_dynamic_signatures()
 
 
 def kernel_function(kernel: str):
@@ -774,3 +774,13 @@ from ._cuda_blocks import amax, mx_dequantize, mx_quantize, nvfp4_dequantize, nv
 
 _KERNELS.update(_cuda_blocks.KERNELS)
 __all__ += ["mx_quantize", "mx_dequantize", "nvfp4_quantize", "nvfp4_dequantize", "amax"]
+
+# ---------------------------------------------------------------------------------------------
+# Dynamic quantization (issue 5): kernels and entry points in _cuda_dynamic.
+# ---------------------------------------------------------------------------------------------
+
+from . import _cuda_dynamic  # noqa: E402  (it uses the helpers above through this module)
+from ._cuda_dynamic import _reduce_grid, choose_qparams, quantize_dynamic  # noqa: E402, F401
+
+_KERNELS.update(_cuda_dynamic.KERNELS)
+__all__ += ["choose_qparams", "quantize_dynamic"]

@@ -1,0 +1,396 @@
+"""CUDA kernels for dynamic quantization (issue 5): ``choose_qparams`` and the fused ``quantize_dynamic``.
+
+Private sibling of :mod:`nbquant.backends._cuda`, imported only from it (so ``numba.cuda``
+stays behind the lazy import of the cuda backend). The entry points have the signatures
+of :mod:`nbquant.backends.cpu_dynamic` and are re-exported by ``_cuda``; they take NumPy
+or CUDA device arrays.
+
+Kernels
+-------
+* :func:`dynamic_rows_kernel`: fused, one thread per block for blocks that lie inside one
+  row (per-row, per-group, ONNX blocked along the last axis). The thread reduces its block
+  (min/max :func:`~nbquant.element.order_key` keys or the absmax bits), computes the scale
+  and zero point (``block_qparams``, i.e. :func:`~nbquant.element.affine_qparams` /
+  :func:`~nbquant.element.amax_scales`), then quantizes the block (packed sub-byte codes
+  low bits first).
+* :func:`block_reduce_kernel`: one thread per block-grid cell of a canonical (P, R, C)
+  view, reducing its (bp, br, bc) block to keys.
+* :func:`flat_reduce_kernel`: per-tensor keys: a grid-stride reduction per thread, a
+  shared-memory tree per thread block, one ``atomic.min``/``atomic.max`` per block.
+* :func:`qparams_kernel`: scale and zero point of every cell from its keys.
+
+All numerics are the element functions of :mod:`nbquant.element` and the inline helpers of
+:mod:`nbquant.backends.cpu_dynamic` (``block_qparams``), the ones the CPU kernels inline;
+these kernels are loops only. Launch shapes follow ``_cuda``: ``blockIdx.y`` strides over
+rows, threads along a row stride over blocks (or columns). Indices are unsigned 64-bit.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from numba import cuda, types
+from numba.core.errors import NumbaPerformanceWarning
+from numba.np.numpy_support import from_dtype
+
+from ..element import SCALE_DIVIDE, SCALE_MULTIPLY, abs_bits, code_bits, order_key, quantize_value
+from ..layout import canonical_dims
+from ._views import kernel_float_view
+from .cpu_dynamic import _kernel_args, _rows_view, block_qparams
+
+__all__ = [
+    "choose_qparams",
+    "quantize_dynamic",
+    "dynamic_rows_kernel",
+    "block_reduce_kernel",
+    "flat_reduce_kernel",
+    "qparams_kernel",
+    "dynamic_signature",
+    "all_dynamic_signatures",
+    "KERNELS",
+]
+
+_U0 = np.uint64(0)
+_U1 = np.uint64(1)
+_KEY_HI = np.int64(1 << 62)
+_KEY_LO = np.int64(-(1 << 62))
+_ZERO_KEY = np.int64(0)
+#: Threads per block of the per-tensor reduction (a power of two: the shared-memory tree halves it).
+REDUCE_THREADS = 256
+_REDUCE_MAX_BLOCKS = 4096
+_SIM_REDUCE_THREADS, _SIM_REDUCE_BLOCKS = 4, 2
+
+# ---------------------------------------------------------------------------------------------
+# Kernels (plain Python functions, compiled per signature by _cuda._compiled and the PTX check).
+# ---------------------------------------------------------------------------------------------
+
+
+def dynamic_rows_kernel(x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound, reciprocal, scale_op,
+                        mask, nbits, packed, bc, out, scale, zp):
+    """Fused dynamic quantize of ``x`` (rows, C), blocks of ``bc``: ``scale``/``zp`` (rows, nblocks) and ``out``."""
+    rows = np.uint64(x.shape[0])
+    C = np.uint64(x.shape[1])
+    nblocks = np.uint64(scale.shape[1])
+    ub = np.uint64(bc)
+    k = np.uint64(8 // nbits)
+    shift = np.int32(nbits)
+    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
+    start = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
+    row = np.uint64(cuda.blockIdx.y)
+    while row < rows:
+        xs, os, ss, zs = x[row], out[row], scale[row], zp[row]
+        b = start
+        while b < nblocks:
+            c0 = b * ub
+            c1 = min(c0 + ub, C)
+            lo = _KEY_HI
+            hi = _KEY_LO if use_minmax else _ZERO_KEY
+            c = c0
+            if use_minmax:
+                while c < c1:
+                    key = order_key(xs[c])
+                    lo = min(lo, key)
+                    hi = max(hi, key)
+                    c += _U1
+            else:
+                while c < c1:
+                    hi = max(hi, abs_bits(xs[c]))
+                    c += _U1
+            s, z = block_qparams(lo, hi, use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound)
+            ss[b] = s
+            zs[b] = np.int32(z)
+            m = np.float32(1.0) / s if reciprocal else s
+            c = c0
+            if packed:
+                j = c0 // k
+                while c < c1:
+                    byte = np.int32(0)
+                    sh = np.int32(0)
+                    end = c + k
+                    while c < end:
+                        byte |= code_bits(quantize_value(xs[c], m, z, scale_op, False, qmin, qmax), mask) << sh
+                        sh += shift
+                        c += _U1
+                    os[j] = byte
+                    j += _U1
+            else:
+                while c < c1:
+                    os[c] = code_bits(quantize_value(xs[c], m, z, scale_op, False, qmin, qmax), mask)
+                    c += _U1
+            b += stride
+        row += np.uint64(cuda.gridDim.y)
+
+
+def block_reduce_kernel(x, use_minmax, bp, br, bc, lo, hi):
+    """Reduce ``x`` (P, R, C) over blocks (bp, br, bc) into key grids ``lo``/``hi`` (GP, GR, GC), a thread per cell."""
+    P = np.uint64(x.shape[0])
+    R = np.uint64(x.shape[1])
+    C = np.uint64(x.shape[2])
+    GR = np.uint64(hi.shape[1])
+    GC = np.uint64(hi.shape[2])
+    cells = np.uint64(hi.shape[0]) * GR
+    ubp, ubr, ubc = np.uint64(bp), np.uint64(br), np.uint64(bc)
+    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
+    start = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
+    cell = np.uint64(cuda.blockIdx.y)
+    while cell < cells:
+        sp = cell // GR
+        sr = cell - sp * GR
+        p0 = sp * ubp
+        p1 = min(p0 + ubp, P)
+        r0 = sr * ubr
+        r1 = min(r0 + ubr, R)
+        g = start
+        while g < GC:
+            c0 = g * ubc
+            c1 = min(c0 + ubc, C)
+            a = _KEY_HI
+            b = _KEY_LO if use_minmax else _ZERO_KEY
+            p = p0
+            while p < p1:
+                r = r0
+                while r < r1:
+                    xs = x[p, r]
+                    c = c0
+                    if use_minmax:
+                        while c < c1:
+                            key = order_key(xs[c])
+                            a = min(a, key)
+                            b = max(b, key)
+                            c += _U1
+                    else:
+                        while c < c1:
+                            b = max(b, abs_bits(xs[c]))
+                            c += _U1
+                    r += _U1
+                p += _U1
+            lo[sp, sr, g] = a
+            hi[sp, sr, g] = b
+            g += stride
+        cell += np.uint64(cuda.gridDim.y)
+
+
+def flat_reduce_kernel(x, use_minmax, lo, hi):
+    """``lo[0] = min(lo[0], min key)``, ``hi[0] = max(hi[0], max key (or absmax bits))`` over a 1-D ``x``."""
+    slo = cuda.shared.array(REDUCE_THREADS, np.int64)
+    shi = cuda.shared.array(REDUCE_THREADS, np.int64)
+    n = np.uint64(x.shape[0])
+    tid = cuda.threadIdx.x
+    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
+    i = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(tid)
+    a = _KEY_HI
+    b = _KEY_LO if use_minmax else _ZERO_KEY
+    if use_minmax:
+        while i < n:
+            key = order_key(x[i])
+            a = min(a, key)
+            b = max(b, key)
+            i += stride
+    else:
+        while i < n:
+            b = max(b, abs_bits(x[i]))
+            i += stride
+    slo[tid] = a
+    shi[tid] = b
+    cuda.syncthreads()
+    half = cuda.blockDim.x // 2
+    while half > 0:
+        if tid < half:
+            slo[tid] = min(slo[tid], slo[tid + half])
+            shi[tid] = max(shi[tid], shi[tid + half])
+        cuda.syncthreads()
+        half //= 2
+    if tid == 0:
+        cuda.atomic.min(lo, 0, slo[0])
+        cuda.atomic.max(hi, 0, shi[0])
+
+
+def qparams_kernel(lo, hi, use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound, scale, zp):
+    """``scale``/``zp`` (flat) from reduced keys ``lo``/``hi`` (flat)."""
+    n = np.uint64(hi.shape[0])
+    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
+    i = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
+    while i < n:
+        s, z = block_qparams(lo[i], hi[i], use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound)
+        scale[i] = s
+        zp[i] = np.int32(z)
+        i += stride
+
+
+# ---------------------------------------------------------------------------------------------
+# Signatures (merged into _cuda.all_signatures(), which the PTX check compiles).
+# ---------------------------------------------------------------------------------------------
+
+KERNELS = {
+    "dynamic_rows": dynamic_rows_kernel,
+    "block_reduce": block_reduce_kernel,
+    "flat_reduce": flat_reduce_kernel,
+    "qparams": qparams_kernel,
+}
+
+#: Kernel-side inputs: float32, float64, float16 bits (uint16), bfloat16 bits (int16).
+INPUT_DTYPES = tuple(map(np.dtype, (np.float32, np.float64, np.uint16, np.int16)))
+#: Unpacked code storage (packed codes are uint8).
+CODE_DTYPES = tuple(map(np.dtype, (np.uint8, np.uint16)))
+
+
+def _arr(dtype, ndim: int) -> types.Array:
+    return types.Array(from_dtype(np.dtype(dtype)), ndim, "C")
+
+
+def dynamic_signature(kernel: str, data_dtype, out_dtype=None):
+    """The Numba signature of a dynamic kernel for its input element type (and code storage type)."""
+    i64, f32, b1 = types.int64, types.float32, types.boolean
+    qp = (b1, i64, f32, f32, f32, f32, f32, f32)  # use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound
+    if kernel == "dynamic_rows":
+        args = (_arr(data_dtype, 2), *qp, b1, i64, i64, i64, b1, i64, _arr(out_dtype, 2), _arr(np.float32, 2),
+                _arr(np.int32, 2))
+    elif kernel == "block_reduce":
+        args = (_arr(data_dtype, 3), b1, i64, i64, i64, _arr(np.int64, 3), _arr(np.int64, 3))
+    elif kernel == "flat_reduce":
+        args = (_arr(data_dtype, 1), b1, _arr(np.int64, 1), _arr(np.int64, 1))
+    elif kernel == "qparams":
+        args = (_arr(np.int64, 1), _arr(np.int64, 1), *qp, _arr(np.float32, 1), _arr(np.int32, 1))
+    else:
+        raise KeyError(kernel)
+    return types.void(*args)
+
+
+def all_dynamic_signatures() -> list[tuple[str, object]]:
+    """Every ``(kernel, signature)`` the dynamic entry points launch."""
+    sigs = []
+    for d in INPUT_DTYPES:
+        sigs += [("dynamic_rows", dynamic_signature("dynamic_rows", d, c)) for c in CODE_DTYPES]
+        sigs += [(k, dynamic_signature(k, d)) for k in ("block_reduce", "flat_reduce")]
+    sigs.append(("qparams", dynamic_signature("qparams", np.int64)))
+    return sigs
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points (cpu_dynamic signatures; NumPy or CUDA device arrays).
+# ---------------------------------------------------------------------------------------------
+
+
+def _backend():
+    from . import _cuda
+
+    return _cuda
+
+
+def _launch(kernel: str, grid, threads, stream, args, sig) -> None:
+    be = _backend()
+    be.launched.add((kernel, sig))
+    with warnings.catch_warnings():  # small inputs give small grids; Numba's occupancy warning is noise here
+        warnings.simplefilter("ignore", NumbaPerformanceWarning)
+        be._compiled(kernel, sig)[grid, threads, stream](*args)
+
+
+def _device_out(o, stream):
+    be = _backend()
+    return be.as_device_array(o) if be.is_device(o) else cuda.device_array(o.shape, o.dtype, stream=stream)
+
+
+def _copy_back(pairs, stream) -> None:
+    be = _backend()
+    host = [(o, d) for o, d in pairs if not be.is_device(o)]
+    for o, d in host:
+        d.copy_to_host(o, stream=stream)
+    if host:
+        stream.synchronize()
+
+
+def _float_input(x, stream):
+    """``x`` as a device kernel-float array (float16/bfloat16 as their bits)."""
+    be = _backend()
+    d = be.as_device_array(x)
+    if d is None:
+        return cuda.to_device(np.ascontiguousarray(kernel_float_view(np.asarray(x))), stream=stream)
+    return kernel_float_view(be.device_float_input(d))
+
+
+def _flat_grid(n: int) -> tuple[int, int]:
+    (gx, _), threads = _backend().launch_config(1, n)
+    return gx, threads
+
+
+def _reduce_device(x, spec, stream):
+    """Reduced keys ``(lo, hi)`` as flat device arrays over the block grid (row-major)."""
+    layout = spec.layout
+    be = _backend()
+    xd = _float_input(x, stream)
+    if layout.num_blocks == 1:
+        flat = xd.reshape(int(xd.size))
+        lo = cuda.to_device(np.array([_KEY_HI]), stream=stream)
+        hi = cuda.to_device(np.array([_KEY_LO if spec.use_minmax else 0], np.int64), stream=stream)
+        n = int(flat.size)
+        if be.SIMULATOR:
+            threads, blocks = _SIM_REDUCE_THREADS, min(_SIM_REDUCE_BLOCKS, -(-n // _SIM_REDUCE_THREADS))
+        else:
+            threads, blocks = REDUCE_THREADS, min(_REDUCE_MAX_BLOCKS, -(-n // REDUCE_THREADS))
+        _launch("flat_reduce", blocks, threads, stream, (flat, spec.use_minmax, lo, hi),
+                dynamic_signature("flat_reduce", flat.dtype))
+        return lo, hi
+    dims = canonical_dims(layout.shape, layout.block)
+    if len(dims) > 3:  # rare: more than three unmergeable block dims; reduce with the NumPy oracle
+        from .reference_dynamic import reduce_keys
+
+        xh = x if not be.is_device(x) else be.as_device_array(x).copy_to_host(stream=stream)
+        lo, hi = reduce_keys(xh, spec)
+        return (cuda.to_device(np.ascontiguousarray(lo, np.int64), stream=stream),
+                cuda.to_device(np.ascontiguousarray(hi, np.int64), stream=stream))
+    dims = [(1, 1)] * (3 - len(dims)) + dims
+    x3 = xd.reshape(tuple(n for n, _ in dims))
+    grid = tuple(-(-n // b) for n, b in dims)
+    lo = cuda.device_array(grid, np.int64, stream=stream)
+    hi = cuda.device_array(grid, np.int64, stream=stream)
+    g, threads = be.launch_config(grid[0] * grid[1], grid[2])
+    _launch("block_reduce", g, threads, stream, (x3, spec.use_minmax, *(b for _, b in dims), lo, hi),
+            dynamic_signature("block_reduce", x3.dtype))
+    size = int(np.prod(grid))
+    return lo.reshape(size), hi.reshape(size)
+
+
+def _reduce_grid(x, spec):
+    """Reduced keys ``(lo, hi)`` as flat host arrays over the block grid (as :func:`cpu_dynamic._reduce_grid`)."""
+    stream = _backend().current_stream()
+    lo, hi = _reduce_device(x, spec, stream)
+    lo_h, hi_h = lo.copy_to_host(stream=stream), hi.copy_to_host(stream=stream)
+    stream.synchronize()
+    return lo_h, hi_h
+
+
+def choose_qparams(x, spec, scale, zp) -> None:
+    """Fill the flat block-grid ``scale`` (float32) and ``zp`` (int32)."""
+    stream = _backend().current_stream()
+    lo, hi = _reduce_device(x, spec, stream)
+    n = int(hi.size)
+    ds, dz = _device_out(scale, stream), _device_out(zp, stream)
+    grid, threads = _flat_grid(n)
+    _launch("qparams", grid, threads, stream, (lo, hi, *_kernel_args(spec), ds.reshape(n), dz.reshape(n)),
+            dynamic_signature("qparams", np.int64))
+    _copy_back([(scale, ds), (zp, dz)], stream)
+
+
+def quantize_dynamic(x, spec, out, scale, zp) -> bool:
+    """Fused one-pass dynamic quantize when the layout allows it; returns False if the caller must use two passes."""
+    fmt = spec.format
+    rv = _rows_view(spec.layout)
+    if rv is None or spec.layout.num_blocks == 1:
+        return False
+    rows, C, bc = rv
+    k = fmt.codes_per_byte if spec.packed else 1
+    if spec.packed and bc % k and bc < C:
+        return False
+    stream = _backend().current_stream()
+    x2 = _float_input(x, stream).reshape((rows, C))
+    do, ds, dz = _device_out(out, stream), _device_out(scale, stream), _device_out(zp, stream)
+    nblocks = int(ds.size) // rows
+    o2, s2, z2 = do.reshape((rows, C // k)), ds.reshape((rows, nblocks)), dz.reshape((rows, nblocks))
+    op = SCALE_DIVIDE if spec.scale_op == SCALE_DIVIDE and not spec.reciprocal else SCALE_MULTIPLY
+    args = (x2, *_kernel_args(spec), bool(spec.reciprocal), int(op), int(fmt.mask), int(fmt.bits), bool(spec.packed),
+            int(bc), o2, s2, z2)
+    grid, threads = _backend().launch_config(rows, nblocks)
+    _launch("dynamic_rows", grid, threads, stream, args, dynamic_signature("dynamic_rows", x2.dtype, o2.dtype))
+    _copy_back([(out, do), (scale, ds), (zp, dz)], stream)
+    return True
