@@ -140,7 +140,8 @@ def _param_shape(layout: BlockLayout, block_size) -> tuple[int, ...]:
 
 def _backend_op(backend, x, op: str):
     impl = resolve_backend(backend, (x,))
-    module = {"cpu": "nbquant.backends.cpu_dynamic", "reference": "nbquant.backends.reference_dynamic"}.get(impl.name)
+    module = {"cpu": "nbquant.backends.cpu_dynamic", "reference": "nbquant.backends.reference_dynamic",
+              "cuda": "nbquant.backends._cuda"}.get(impl.name)
     if module is None or not hasattr(importlib.import_module(module), op):
         from .backends import BackendUnavailableError
 

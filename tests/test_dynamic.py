@@ -14,9 +14,6 @@ from hypothesis.extra import numpy as hnp
 import nbquant
 from tests._helpers import assert_same_bits
 
-pytestmark = pytest.mark.not_on_backend(
-    "cuda", reason="no CUDA kernels for dynamic quantization, the modelopt ops or the calibrators yet")
-
 MAPPINGS = ("symmetric", "asymmetric", "symmetric_no_clipping_err", "modelopt")
 DTYPES = ("int8", "uint8", "int4", "uint4", "int2", "int16")
 GRANULARITIES = (
