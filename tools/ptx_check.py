@@ -93,7 +93,8 @@ def _compile_signature(index: int, arches: list[int]):
             per_arch.append((arch, ptx, ""))
         except Exception as exc:  # report every failure, then fail
             per_arch.append((arch, "", f"{type(exc).__name__}: {exc}"))
-    return label, sig.args[0].dtype == types.float64, per_arch
+    f64_input = any(getattr(a, "dtype", None) == types.float64 for a in sig.args)  # e.g. ste's x after grad
+    return label, f64_input, per_arch
 
 
 def main(argv: list[str] | None = None) -> int:

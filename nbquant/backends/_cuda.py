@@ -489,7 +489,7 @@ def all_signatures() -> list[tuple[str, object]]:
     Examples
     --------
     >>> len(all_signatures())
-    70
+    94
     """
     sigs = []
     for d in INPUT_DTYPES:
@@ -780,7 +780,14 @@ __all__ += ["mx_quantize", "mx_dequantize", "nvfp4_quantize", "nvfp4_dequantize"
 # ---------------------------------------------------------------------------------------------
 
 from . import _cuda_dynamic  # noqa: E402  (it uses the helpers above through this module)
-from ._cuda_dynamic import _reduce_grid, choose_qparams, quantize_dynamic  # noqa: E402, F401
+from ._cuda_dynamic import (  # noqa: E402, F401
+    _reduce_grid,
+    choose_qparams,
+    fake_affine,
+    fake_quant_amax,
+    quantize_dynamic,
+    ste_backward,
+)
 
 _KERNELS.update(_cuda_dynamic.KERNELS)
-__all__ += ["choose_qparams", "quantize_dynamic"]
+__all__ += ["choose_qparams", "quantize_dynamic", "fake_quant_amax", "fake_affine", "ste_backward"]

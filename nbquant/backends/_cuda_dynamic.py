@@ -30,14 +30,27 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from numba import cuda, types
+from numba import cuda, njit, types
 from numba.core.errors import NumbaPerformanceWarning
+from numba.cuda.core import config as _cuda_config
 from numba.np.numpy_support import from_dtype
 
-from ..element import SCALE_DIVIDE, SCALE_MULTIPLY, abs_bits, code_bits, order_key, quantize_value
-from ..layout import canonical_dims
-from ._views import kernel_float_view
-from .cpu_dynamic import _kernel_args, _rows_view, block_qparams
+from ..element import (
+    SCALE_DIVIDE,
+    SCALE_MULTIPLY,
+    abs_bits,
+    amax_code,
+    amax_scales,
+    code_bits,
+    e4m3_scales,
+    order_key,
+    quantize_value,
+    scaled_minifloat_fake,
+    store_float,
+)
+from ..layout import canonical_dims, canonical_views
+from ._views import kernel_float_view, output_float_like
+from .cpu_dynamic import _kernel_args, _rows_view, affine_fake_value, block_qparams, ste_value
 
 __all__ = [
     "choose_qparams",
@@ -46,10 +59,33 @@ __all__ = [
     "block_reduce_kernel",
     "flat_reduce_kernel",
     "qparams_kernel",
+    "fake_quant_amax",
+    "fake_affine",
+    "ste_backward",
+    "fake_amax_kernel",
+    "fake_affine_kernel",
+    "ste_kernel",
     "dynamic_signature",
     "all_dynamic_signatures",
     "KERNELS",
 ]
+
+
+
+def _sim_safe(fn):
+    """``fn`` itself, or under the simulator ``fn`` recompiled with ``error_model="numpy"``.
+
+    The simulator runs kernel bodies as Python and calls these helpers as CPU njit functions,
+    whose default error model raises on ``x / 0``; the CPU kernels compile them with numpy's
+    (IEEE inf/NaN, as on the GPU). Same source (``py_func``), so no numerics change.
+    """
+    return njit(error_model="numpy")(fn.py_func) if _cuda_config.ENABLE_CUDASIM else fn
+
+
+(abs_bits, amax_code, amax_scales, code_bits, e4m3_scales, order_key, quantize_value, scaled_minifloat_fake,
+ store_float, affine_fake_value, block_qparams, ste_value) = map(_sim_safe, (
+    abs_bits, amax_code, amax_scales, code_bits, e4m3_scales, order_key, quantize_value, scaled_minifloat_fake,
+    store_float, affine_fake_value, block_qparams, ste_value))
 
 _U0 = np.uint64(0)
 _U1 = np.uint64(1)
@@ -218,6 +254,100 @@ def qparams_kernel(lo, hi, use_minmax, mapping, qmin, qmax, half_range, eps, zp_
         i += stride
 
 
+def fake_amax_kernel(x, amax, is_float, maxbound, qmin, qmax, fp, bp, br, bc, like, out, store_codes, codes):
+    """modelopt fake quant of ``x`` (P, R, C) with a block-grid ``amax`` (GP, GR, GC) into ``out``.
+
+    Integer path ``amax_code(x, S) / S`` (codes to ``codes`` with ``store_codes``); float
+    path ``scaled_minifloat_fake`` with the ``e4m3_scales`` of the block's amax.
+    """
+    R = np.uint64(x.shape[1])
+    C = np.uint64(x.shape[2])
+    rows = np.uint64(x.shape[0]) * R
+    ubp, ubr, ubc = np.uint64(bp), np.uint64(br), np.uint64(bc)
+    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
+    g_step = stride // ubc
+    o_step = stride - g_step * ubc
+    start = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
+    g_start = start // ubc
+    o_start = start - g_start * ubc
+    row = np.uint64(cuda.blockIdx.y)
+    while row < rows:
+        p = row // R
+        r = row - p * R
+        xs, am, os = x[p, r], amax[p // ubp, r // ubr], out[p, r]
+        cs = codes[p, r] if store_codes else codes[0, 0]
+        c = start
+        g = g_start
+        off = o_start
+        while c < C:
+            if is_float:
+                s, inv = e4m3_scales(am[g], maxbound)
+                os[c] = store_float(scaled_minifloat_fake(xs[c], s, inv, maxbound, fp), like)
+            else:
+                sq, sdq = amax_scales(am[g], maxbound)
+                q = amax_code(xs[c], sq, qmin, qmax)
+                if store_codes:
+                    cs[c] = q
+                # float32 casts: no-ops on the GPU; in the simulator they keep a 0 divisor inf/NaN, not an error
+                os[c] = store_float(np.float32(q) / np.float32(sdq), like)
+            c += stride
+            g += g_step
+            off += o_step
+            if off >= ubc:
+                off -= ubc
+                g += _U1
+        row += np.uint64(cuda.gridDim.y)
+
+
+def ste_kernel(grad, x, lo, hi, bp, br, bc, like, out):
+    """``out = grad where lo <= x <= hi else 0`` over (P, R, C) with block-grid bounds ``lo``/``hi``."""
+    R = np.uint64(x.shape[1])
+    C = np.uint64(x.shape[2])
+    rows = np.uint64(x.shape[0]) * R
+    ubp, ubr, ubc = np.uint64(bp), np.uint64(br), np.uint64(bc)
+    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
+    g_step = stride // ubc
+    o_step = stride - g_step * ubc
+    start = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
+    g_start = start // ubc
+    o_start = start - g_start * ubc
+    row = np.uint64(cuda.blockIdx.y)
+    while row < rows:
+        p = row // R
+        r = row - p * R
+        sp = p // ubp
+        sr = r // ubr
+        gs, xs, ls, hs, os = grad[p, r], x[p, r], lo[sp, sr], hi[sp, sr], out[p, r]
+        c = start
+        g = g_start
+        off = o_start
+        while c < C:
+            os[c] = store_float(ste_value(gs[c], xs[c], ls[g], hs[g]), like)
+            c += stride
+            g += g_step
+            off += o_step
+            if off >= ubc:
+                off -= ubc
+                g += _U1
+        row += np.uint64(cuda.gridDim.y)
+
+
+def fake_affine_kernel(x, step, qz, minb, maxb, like, out):
+    """Legacy FakeAffine over ``x`` (rows, n): ``affine_fake_value`` per element."""
+    rows = np.uint64(x.shape[0])
+    n = np.uint64(x.shape[1])
+    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
+    start = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
+    row = np.uint64(cuda.blockIdx.y)
+    while row < rows:
+        xs, os = x[row], out[row]
+        c = start
+        while c < n:
+            os[c] = store_float(affine_fake_value(xs[c], step, qz, minb, maxb), like)
+            c += stride
+        row += np.uint64(cuda.gridDim.y)
+
+
 # ---------------------------------------------------------------------------------------------
 # Signatures (merged into _cuda.all_signatures(), which the PTX check compiles).
 # ---------------------------------------------------------------------------------------------
@@ -227,12 +357,21 @@ KERNELS = {
     "block_reduce": block_reduce_kernel,
     "flat_reduce": flat_reduce_kernel,
     "qparams": qparams_kernel,
+    "fake_amax": fake_amax_kernel,
+    "ste": ste_kernel,
+    "fake_affine": fake_affine_kernel,
 }
 
 #: Kernel-side inputs: float32, float64, float16 bits (uint16), bfloat16 bits (int16).
 INPUT_DTYPES = tuple(map(np.dtype, (np.float32, np.float64, np.uint16, np.int16)))
 #: Unpacked code storage (packed codes are uint8).
 CODE_DTYPES = tuple(map(np.dtype, (np.uint8, np.uint16)))
+#: The kernel-side output of each kernel-side input (float64 inputs give float32 results).
+_OUT_OF = {np.dtype(np.float64): np.dtype(np.float32)}
+
+
+def _out_of(dtype) -> np.dtype:
+    return _OUT_OF.get(np.dtype(dtype), np.dtype(dtype))
 
 
 def _arr(dtype, ndim: int) -> types.Array:
@@ -252,6 +391,16 @@ def dynamic_signature(kernel: str, data_dtype, out_dtype=None):
         args = (_arr(data_dtype, 1), b1, _arr(np.int64, 1), _arr(np.int64, 1))
     elif kernel == "qparams":
         args = (_arr(np.int64, 1), _arr(np.int64, 1), *qp, _arr(np.float32, 1), _arr(np.int32, 1))
+    elif kernel == "fake_amax":
+        like = from_dtype(np.dtype(out_dtype))
+        args = (_arr(data_dtype, 3), _arr(np.float32, 3), b1, f32, f32, f32, types.UniTuple(i64, 7), i64, i64, i64,
+                like, _arr(out_dtype, 3), b1, _arr(np.float32, 3))
+    elif kernel == "fake_affine":
+        args = (_arr(data_dtype, 2), f32, f32, f32, f32, from_dtype(np.dtype(out_dtype)), _arr(out_dtype, 2))
+    elif kernel == "ste":  # data_dtype: (grad, x) kernel-side dtypes; out_dtype follows grad
+        g, xd = data_dtype
+        par = _arr(np.float32, 3)
+        args = (_arr(g, 3), _arr(xd, 3), par, par, i64, i64, i64, from_dtype(np.dtype(out_dtype)), _arr(out_dtype, 3))
     else:
         raise KeyError(kernel)
     return types.void(*args)
@@ -264,6 +413,9 @@ def all_dynamic_signatures() -> list[tuple[str, object]]:
         sigs += [("dynamic_rows", dynamic_signature("dynamic_rows", d, c)) for c in CODE_DTYPES]
         sigs += [(k, dynamic_signature(k, d)) for k in ("block_reduce", "flat_reduce")]
     sigs.append(("qparams", dynamic_signature("qparams", np.int64)))
+    for d in INPUT_DTYPES:
+        sigs += [(k, dynamic_signature(k, d, _out_of(d))) for k in ("fake_amax", "fake_affine")]
+        sigs += [("ste", dynamic_signature("ste", (d, xd), _out_of(d))) for xd in INPUT_DTYPES]
     return sigs
 
 
@@ -394,3 +546,55 @@ def quantize_dynamic(x, spec, out, scale, zp) -> bool:
     _launch("dynamic_rows", grid, threads, stream, args, dynamic_signature("dynamic_rows", x2.dtype, o2.dtype))
     _copy_back([(out, do), (scale, ds), (zp, dz)], stream)
     return True
+
+
+def fake_quant_amax(x, amax_grid, mspec, out, codes=None) -> None:
+    """modelopt fake quant (integer or minifloat) with ``amax_grid`` over ``mspec.layout``."""
+    be = _backend()
+    stream = be.current_stream()
+    xd = _float_input(x, stream)
+    do = _device_out(out, stream)
+    ok = kernel_float_view(do)
+    dc = _device_out(codes, stream) if codes is not None else cuda.device_array((1, 1, 1), np.float32, stream=stream)
+    data = [xd, ok] + ([dc] if codes is not None else [])
+    da = be._to_device(np.ascontiguousarray(amax_grid, np.float32), stream)
+    like = output_float_like(out.dtype)
+    fp = tuple(int(v) for v in mspec.fp)
+    consts = (bool(mspec.is_float), np.float32(mspec.maxbound), np.float32(mspec.qmin), np.float32(mspec.qmax), fp)
+    for views, (a3,), blocks in canonical_views(mspec.layout, data, [da], [1] * len(data)):
+        x3, o3 = views[0], views[1]
+        c3 = views[2] if codes is not None else dc
+        grid, threads = be.launch_config(x3.shape[0] * x3.shape[1], x3.shape[2])
+        _launch("fake_amax", grid, threads, stream, (x3, a3, *consts, *blocks, like, o3, codes is not None, c3),
+                dynamic_signature("fake_amax", x3.dtype, o3.dtype))
+    _copy_back([(out, do)] + ([(codes, dc)] if codes is not None else []), stream)
+
+
+def fake_affine(x, step, qz, minb, maxb, out) -> None:
+    """Legacy FakeAffine (per tensor) of ``x`` into ``out``."""
+    be = _backend()
+    stream = be.current_stream()
+    cols = x.shape[-1] if x.ndim else 1
+    xd = _float_input(x, stream)
+    x2 = xd.reshape((int(xd.size) // cols, cols))
+    do = _device_out(out, stream)
+    o2 = kernel_float_view(do).reshape(x2.shape)
+    grid, threads = be.launch_config(x2.shape[0], cols)
+    args = (x2, np.float32(step), np.float32(qz), np.float32(minb), np.float32(maxb), output_float_like(out.dtype), o2)
+    _launch("fake_affine", grid, threads, stream, args, dynamic_signature("fake_affine", x2.dtype, o2.dtype))
+    _copy_back([(out, do)], stream)
+
+
+def ste_backward(grad, x, lo_grid, hi_grid, layout, out) -> None:
+    """``out = grad where lo <= x <= hi else 0`` with block-grid bounds over ``layout``."""
+    be = _backend()
+    stream = be.current_stream()
+    do = _device_out(out, stream)
+    data = [_float_input(grad, stream), _float_input(x, stream), kernel_float_view(do)]
+    params = [be._to_device(np.ascontiguousarray(a, np.float32), stream) for a in (lo_grid, hi_grid)]
+    like = output_float_like(out.dtype)
+    for (g3, x3, o3), (l3, h3), blocks in canonical_views(layout, data, params, [1, 1, 1]):
+        grid, threads = be.launch_config(x3.shape[0] * x3.shape[1], x3.shape[2])
+        _launch("ste", grid, threads, stream, (g3, x3, l3, h3, *blocks, like, o3),
+                dynamic_signature("ste", (g3.dtype, x3.dtype), o3.dtype))
+    _copy_back([(out, do)], stream)

@@ -261,6 +261,31 @@ def rint_div(x, step):
     return rint_f32(load_f32(x) / np.float32(step))
 
 
+@njit(inline="always")
+def affine_fake_value(x, step, qz, lo, hi):
+    """FakeAffine of one value: ``(clamp(rne(x / step) - qz, lo, hi) + qz) * step`` (NaN propagates)."""
+    v = rint_div(x, step) - qz
+    q = min(max(v, lo), hi)
+    q = v if v != v else q
+    return (q + qz) * step
+
+
+@njit(inline="always")
+def ste_value(g, x, lo, hi):
+    """The straight-through gradient of one value: ``g`` where ``lo <= x <= hi`` (NaN x gives 0), else 0."""
+    v = load_f32(x)
+    return load_f32(g) if (v >= lo and v <= hi) else np.float32(0.0)
+
+
+@njit(inline="always")
+def histogram_bin(x, fn, top, nbins):
+    """The bin of ``|x|`` over ``[0, top]`` in ``nbins`` bins (torch.histc's rule), or -1 (NaN, above ``top``)."""
+    v = abs(load_f32(x))
+    if v <= top:
+        return min(np.int64((v * fn) / top), np.int64(nbins - 1))
+    return np.int64(-1)
+
+
 @njit(**_KERNEL_OPTIONS)
 def fake_affine_kernel(x, step, qz, minb, maxb, tile, like, out):
     """Legacy FakeAffine: ``(clamp(rne(x / step) - qz, minb, maxb) + qz) * step`` over ``x`` (rows, n)."""
@@ -273,10 +298,7 @@ def fake_affine_kernel(x, step, qz, minb, maxb, tile, like, out):
         c = (unit - r * ntiles) * tile
         xs, os = x[r, c:min(c + tile, n)], out[r, c:min(c + tile, n)]
         for i in range(xs.size):
-            v = rint_div(xs[i], step) - qz
-            q = min(max(v, lo), hi)
-            q = v if v != v else q
-            os[i] = store_float((q + qz) * step, like)
+            os[i] = store_float(affine_fake_value(xs[i], step, qz, lo, hi), like)
 
 
 @njit(**_KERNEL_OPTIONS)
@@ -284,7 +306,6 @@ def ste_kernel(grad, x, lo, hi, bp, br, bc, tile, like, out):
     """``out = grad where lo <= x <= hi else 0`` over (P, R, C) with block-grid bounds ``lo``/``hi``."""
     P, R, C = x.shape
     ntiles = (C + tile - 1) // tile
-    zero = np.float32(0.0)
     for unit in prange(P * R * ntiles):
         row = unit // ntiles
         c = (unit - row * ntiles) * tile
@@ -300,8 +321,7 @@ def ste_kernel(grad, x, lo, hi, bp, br, bc, tile, like, out):
             b = hi[sp, sr, g]
             xs, gs, os = x[p, r, c:stop], grad[p, r, c:stop], out[p, r, c:stop]
             for i in range(xs.size):
-                v = load_f32(xs[i])
-                os[i] = store_float(load_f32(gs[i]) if (v >= a and v <= b) else zero, like)
+                os[i] = store_float(ste_value(gs[i], xs[i], a, b), like)
             c = stop
             g += 1
 
@@ -324,10 +344,9 @@ def histogram_kernel(x, nbins, top, tile, counts):
         xs = x[r, c:min(c + tile, n)]
         cs = counts[unit]
         for i in range(xs.size):
-            v = abs(load_f32(xs[i]))
-            if v <= t:
-                b = np.int64((v * fn) / t)
-                cs[min(b, nbins - 1)] += 1
+            b = histogram_bin(xs[i], fn, t, nbins)
+            if b >= 0:
+                cs[b] += 1
 
 
 _KERNELS = (dynamic_rows_kernel, block_reduce_kernel, flat_reduce_kernel, qparams_kernel, fake_amax_kernel,
