@@ -59,7 +59,8 @@ class AmaxSpec:
 
 def _backend_module(backend, x, op: str):
     impl = resolve_backend(backend, (x,))
-    name = {"cpu": "nbquant.backends.cpu_dynamic", "reference": "nbquant.backends.reference_dynamic"}.get(impl.name)
+    name = {"cpu": "nbquant.backends.cpu_dynamic", "reference": "nbquant.backends.reference_dynamic",
+            "cuda": "nbquant.backends._cuda"}.get(impl.name)
     mod = importlib.import_module(name) if name else None
     if mod is None or not hasattr(mod, op):
         raise BackendUnavailableError(f"backend {impl.name!r} has no {op} kernels yet; use backend='cpu' or "
@@ -183,7 +184,7 @@ def reduce_amax(x: npt.ArrayLike, *, axis: int | None = None, block_size=None, l
     from .dynamic import DynamicSpec
 
     spec = DynamicSpec(get_format("int8"), layout, 0, -128, 127, 127.5, 1.0, 0, 127.0, 0, False, False)
-    if mod.__name__.endswith("cpu_dynamic"):
+    if hasattr(mod, "_reduce_grid"):
         _, hi = mod._reduce_grid(x, spec)
     else:
         _, hi = mod.reduce_keys(x, spec)

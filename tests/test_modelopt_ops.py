@@ -9,9 +9,6 @@ import pytest
 import nbquant
 from tests._helpers import assert_same_bits
 
-pytestmark = pytest.mark.not_on_backend(
-    "cuda", reason="no CUDA kernels for dynamic quantization, the modelopt ops or the calibrators yet")
-
 
 def _data(shape=(7, 33), seed=1) -> np.ndarray:
     x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * 3
