@@ -19,7 +19,9 @@ torchao (``quantize_affine`` / ``dequantize_affine``) and onnxruntime
 ``OMP_WAIT_POLICY=PASSIVE`` is set here, before numba or torch load an OpenMP
 runtime: with spinning waiters, two OpenMP pools in one process stall each other.
 
-New cases (per-row dynamic, fp8, MXFP4, NVFP4, ...) are added by appending a
+Dynamic cases (``nbquant.quantize_dynamic``: per-row int8, group-wise uint4 asymmetric
+as torchao's int4 weight-only; ``nbquant.quantize_nf4``) time the whole job (qparams,
+codes and packing) for every contender. New cases are added by appending a
 :class:`Case` to :data:`CASES`.
 """
 
@@ -566,6 +568,122 @@ def _mx(fmt: str, peers=(), dequantize: bool = False) -> tuple:
     return setup, nbq_mx_dequantize if dequantize else nbq_mx_quantize, peers
 
 
+# --------------------------------------------------------------------------- dynamic quantization
+
+
+def dynamic_problem(n: int, rng: np.random.Generator, dtype: str, group: int | None, mapping: str,
+                    packed: bool = False) -> Problem:
+    """A float32 input for :func:`nbquant.quantize_dynamic` with blocks ``(1, group)`` (a whole row when None).
+
+    ``p.scale`` holds nbquant's scales (for reference only: every contender chooses its own).
+    """
+    x = rng.standard_normal(_shape(n), dtype=np.float32)
+    r, c = x.shape
+    g = c if group is None else min(group, c)
+    fmt = nbquant.get_format(dtype)
+    kwargs = {"dtype": dtype, "block_size": (1, g), "mapping": mapping, "packed": packed}
+    _, scale, _ = nbquant.quantize_dynamic(x, dtype, block_size=(1, g), mapping=mapping)
+    out = np.empty((r, c // 2) if packed else (r, c), np.uint8)
+    return Problem(x, out, scale.reshape(r, c // g), (1, g), (fmt.qmin, fmt.qmax), kwargs)
+
+
+def nbq_quantize_dynamic(p: Problem, backend: str | None = None) -> Bench:
+    """``nbquant.quantize_dynamic`` (qparams and codes in one fused pass); returns (codes, scale, zero_point)."""
+    kw = {k: v for k, v in p.kwargs.items() if k != "dtype"}
+    src, dtype = p.src, p.kwargs["dtype"]
+    return lambda: nbquant.quantize_dynamic(src, dtype, backend=backend, **kw)
+
+
+#: torchao 0.18's default ``eps`` (float32's smallest normal), as nbquant's.
+_EPS = np.finfo(np.float32).smallest_normal
+
+
+def numpy_quantize_dynamic(p: Problem) -> Bench:
+    """torchao's ``choose_qparams_affine`` + ``quantize_affine`` in NumPy passes (float32, NEP 50).
+
+    min/max per block, scale (``amax / ((qmax - qmin) / 2)`` symmetric, ``(max - min) /
+    (qmax - qmin)`` asymmetric), zero point, ``clip(rint(x * (1 / s)) + zp)``, then
+    packing for packed cases; returns (codes, scale, zero_point).
+    """
+    x, (lo, hi), g = p.src, p.qrange, p.block[1]
+    asym, packed = p.kwargs["mapping"] == "asymmetric", p.kwargs["packed"]
+    storage = np.uint8 if lo == 0 else np.int8
+    r, c = x.shape
+
+    def run():
+        v = x.reshape(r, c // g, g)
+        mn, mx = np.minimum(v.min(axis=-1), np.float32(0)), np.maximum(v.max(axis=-1), np.float32(0))
+        if asym:
+            s = np.maximum((mx - mn) / np.float32(hi - lo), _EPS)
+            zp = np.clip(lo - np.rint(mn / s), lo, hi)
+        else:
+            s = np.maximum(np.maximum(-mn, mx) / np.float32((hi - lo) / 2), _EPS)
+            zp = np.full_like(s, int((hi + lo + 1) / 2))
+        q = np.rint(v * (np.float32(1) / s)[..., None]) + zp[..., None]
+        q = np.clip(q, lo, hi).astype(storage).reshape(x.shape)
+        return (_np_pack(q) if packed else q), s, zp.astype(np.int32)
+
+    return run
+
+
+def torchao_quantize_dynamic(p: Problem) -> Bench:
+    """torchao ``choose_qparams_affine`` + ``quantize_affine`` (+ two nibbles per byte with torch ops).
+
+    int8 per-row: ``MappingType.SYMMETRIC``, ``torch.int8``; 4-bit: ``ASYMMETRIC``,
+    ``torch.uint8`` with ``quant_min=0, quant_max=15`` (int4 weight-only's codes).
+    Packing puts the even column in the low nibble, as nbquant. Returns (codes, scale, zero_point).
+    """
+    prim, torch = _torchao_primitives(), _torch()
+    (lo, hi), block, packed = p.qrange, p.block, p.kwargs["packed"]
+    asym = p.kwargs["mapping"] == "asymmetric"
+    mapping = prim.MappingType.ASYMMETRIC if asym else prim.MappingType.SYMMETRIC
+    target = torch.uint8 if lo == 0 else torch.int8
+    x = torch.from_numpy(p.src)
+
+    def run():
+        s, zp = prim.choose_qparams_affine(x, mapping, block, target, lo, hi)
+        q = prim.quantize_affine(x, block, s, zp, target, lo, hi)
+        if packed:
+            q = q[:, 0::2] | (q[:, 1::2] << 4)
+        return q, s, zp
+
+    return run
+
+
+DYNAMIC_PEERS = (
+    Peer("numpy (multi-pass)", numpy_quantize_dynamic),
+    Peer("torchao choose_qparams+quantize", torchao_quantize_dynamic, ("torch", "torchao")),
+)
+
+
+def _qdyn(dtype: str, group: int | None, mapping: str, packed: bool = False, peers=DYNAMIC_PEERS) -> tuple:
+    def setup(n, rng):
+        return dynamic_problem(n, rng, dtype, group, mapping, packed)
+
+    return setup, nbq_quantize_dynamic, peers
+
+
+def nf4_problem(n: int, rng: np.random.Generator, block: int = 64) -> Problem:
+    """A float32 input for :func:`nbquant.quantize_nf4` (blocks of ``block`` over the flattened input)."""
+    x = rng.standard_normal(_shape(n), dtype=np.float32)
+    r, c = x.shape
+    return Problem(x, np.empty((r, c // 2), np.uint8), np.ones((1, 1), np.float32), (1, block), (0, 15),
+                   {"dtype": "nf4", "packed": True, "block_size": block})
+
+
+def nbq_quantize_nf4(p: Problem, backend: str | None = None) -> Bench:
+    """``nbquant.quantize_nf4`` (fused absmax and nearest NF4 code, packed; no double quantization)."""
+    x, block = p.src, p.kwargs["block_size"]
+    return lambda: nbquant.quantize_nf4(x, block_size=block, backend=backend)
+
+
+def _nf4(block: int = 64) -> tuple:
+    def setup(n, rng):
+        return nf4_problem(n, rng, block)
+
+    return setup, nbq_quantize_nf4, ()
+
+
 _NP_Q_OUT = (Peer("numpy (copyto out)", numpy_quantize_out),)
 _NP_DQ_OUT = (Peer("numpy (out=)", numpy_dequantize_out),)
 
@@ -589,6 +707,11 @@ CASES: list[Case] = [
     Case("q mxfp8 e4m3 (dynamic, blk 32)", *_mx("mxfp8_e4m3", MX_QUANTIZE_PEERS)),
     Case("q nvfp4 (dynamic, block 16)", *_mx("nvfp4")),
     Case("dq mxfp4 (block 32)", *_mx("mxfp4", dequantize=True)),
+    Case("q int8 per-row dynamic", *_qdyn("int8", None, "symmetric")),
+    Case("q int4 g32 dynamic packed", *_qdyn("uint4", 32, "asymmetric", packed=True)),
+    Case("q int4 g128 dynamic packed", *_qdyn("uint4", 128, "asymmetric", packed=True)),
+    Case("q int4 g32 dynamic", *_qdyn("uint4", 32, "asymmetric")),
+    Case("q nf4 (block 64)", *_nf4(64)),
 ]
 
 
@@ -710,15 +833,38 @@ def _host(result) -> np.ndarray | None:
     return result.numpy()
 
 
-def compare(ref, result) -> str:
-    """``"="`` when ``result`` holds the same values (or bits) as nbquant's ``ref``, ``"≠k"`` for k mismatches."""
+def _mismatches(ref, result) -> int | None:
+    """Elements of ``result`` whose bits differ from nbquant's ``ref`` (None when not comparable)."""
     a, b = _host(ref), _host(result)
     if a is None or b is None or a.size != b.size or a.dtype.itemsize != b.dtype.itemsize:
-        return "-"
+        return None
     if a.dtype != b.dtype:
         a, b = a.view(f"u{a.dtype.itemsize}"), b.view(f"u{b.dtype.itemsize}")
-    bad = int(np.count_nonzero(a.reshape(-1) != b.reshape(-1)))
+    return int(np.count_nonzero(a.reshape(-1) != b.reshape(-1)))
+
+
+def _compare_dynamic(ref: tuple, result: tuple) -> str:
+    """Codes by bits, then scales and zero points by value (peers may keep other shapes or int widths)."""
+    bad = _mismatches(ref[0], result[0])
+    if bad is None:
+        return "-"
+    for a, b in zip(ref[1:], result[1:], strict=True):
+        a, b = np.asarray(_host(a), np.float64).reshape(-1), np.asarray(_host(b), np.float64).reshape(-1)
+        if a.size != b.size:
+            return "-"
+        bad += int(np.count_nonzero(a != b))
     return "=" if bad == 0 else f"≠{bad}"
+
+
+def compare(ref, result) -> str:
+    """``"="`` when ``result`` holds the same values (or bits) as nbquant's ``ref``, ``"≠k"`` for k mismatches.
+
+    Dynamic cases return ``(codes, scale, zero_point)``: all three are compared.
+    """
+    if isinstance(ref, tuple) and isinstance(result, tuple) and len(ref) == len(result) == 3:
+        return _compare_dynamic(ref, result)
+    bad = _mismatches(ref, result)
+    return "-" if bad is None else ("=" if bad == 0 else f"≠{bad}")
 
 
 def _peer_calls(case: Case, p: Problem, ref) -> tuple[dict[str, Bench], dict[str, str]]:
@@ -907,8 +1053,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join(machine_info(commit)))
     print(f"device {args.device}; {args.repeats} interleaved repeats, medians; %roof = t_roofline / t; "
           "nbq x = t / t_nbquant; GB/s = (bytes read + written) / median;\n"
-          "same: '=' same codes/values as nbquant, '≠k' k elements differ, '-' not comparable "
-          "(unpacked int4, no result)")
+          "same: '=' same codes/values as nbquant (dynamic cases: codes, scales and zero points), "
+          "'≠k' k elements differ, '-' not comparable (unpacked int4, no result)")
     print(format_table(rows))
     return 0
 

@@ -23,10 +23,11 @@ ROOT = Path(__file__).resolve().parents[1]
 ASV_DIR = ROOT / "asv_bench"
 HAVE_ASV = importlib.util.find_spec("asv") is not None
 #: One benchmark per capability module: quantize (allocating and out= via setup),
-#: packed, float-format and block-format quantize plus dequantize (SQNR round trips), dequantize out=,
+#: packed, float-format, block-format and dynamic quantize plus dequantize (SQNR round trips), dequantize out=,
 #: import time.
 ASV_SMOKE = (r"QuantizeStatic\.time_quantize\b|QuantizePacked\.track_sqnr|Dequantize\.time_dequantize_out"
-             r"|QuantizeFloat\.track_sqnr|BlockFormats\.track_sqnr|timeraw_import_nbquant")
+             r"|QuantizeFloat\.track_sqnr|BlockFormats\.track_sqnr|QuantizeDynamic\.track_sqnr"
+             r"|timeraw_import_nbquant")
 
 
 def _run(args: list[str], cwd: Path, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
