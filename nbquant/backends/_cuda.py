@@ -489,7 +489,7 @@ def all_signatures() -> list[tuple[str, object]]:
     Examples
     --------
     >>> len(all_signatures())
-    94
+    98
     """
     sigs = []
     for d in INPUT_DTYPES:
@@ -782,6 +782,7 @@ __all__ += ["mx_quantize", "mx_dequantize", "nvfp4_quantize", "nvfp4_dequantize"
 from . import _cuda_dynamic  # noqa: E402  (it uses the helpers above through this module)
 from ._cuda_dynamic import (  # noqa: E402, F401
     _reduce_grid,
+    abs_histogram,
     choose_qparams,
     fake_affine,
     fake_quant_amax,
@@ -790,4 +791,5 @@ from ._cuda_dynamic import (  # noqa: E402, F401
 )
 
 _KERNELS.update(_cuda_dynamic.KERNELS)
-__all__ += ["choose_qparams", "quantize_dynamic", "fake_quant_amax", "fake_affine", "ste_backward"]
+__all__ += ["choose_qparams", "quantize_dynamic", "fake_quant_amax", "fake_affine", "ste_backward",
+            "abs_histogram"]

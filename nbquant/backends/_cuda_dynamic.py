@@ -50,7 +50,7 @@ from ..element import (
 )
 from ..layout import canonical_dims, canonical_views
 from ._views import kernel_float_view, output_float_like
-from .cpu_dynamic import _kernel_args, _rows_view, affine_fake_value, block_qparams, ste_value
+from .cpu_dynamic import _kernel_args, _rows_view, affine_fake_value, block_qparams, histogram_bin, ste_value
 
 __all__ = [
     "choose_qparams",
@@ -65,6 +65,8 @@ __all__ = [
     "fake_amax_kernel",
     "fake_affine_kernel",
     "ste_kernel",
+    "abs_histogram",
+    "histogram_kernel",
     "dynamic_signature",
     "all_dynamic_signatures",
     "KERNELS",
@@ -83,9 +85,9 @@ def _sim_safe(fn):
 
 
 (abs_bits, amax_code, amax_scales, code_bits, e4m3_scales, order_key, quantize_value, scaled_minifloat_fake,
- store_float, affine_fake_value, block_qparams, ste_value) = map(_sim_safe, (
+ store_float, affine_fake_value, block_qparams, ste_value, histogram_bin) = map(_sim_safe, (
     abs_bits, amax_code, amax_scales, code_bits, e4m3_scales, order_key, quantize_value, scaled_minifloat_fake,
-    store_float, affine_fake_value, block_qparams, ste_value))
+    store_float, affine_fake_value, block_qparams, ste_value, histogram_bin))
 
 _U0 = np.uint64(0)
 _U1 = np.uint64(1)
@@ -348,6 +350,19 @@ def fake_affine_kernel(x, step, qz, minb, maxb, like, out):
         row += np.uint64(cuda.gridDim.y)
 
 
+def histogram_kernel(x, nbins, top, counts):
+    """``counts[histogram_bin(|x|)] += 1`` over a 1-D ``x`` (``atomic.add``; NaN and values above ``top`` skipped)."""
+    n = np.uint64(x.shape[0])
+    fn = np.float32(nbins)
+    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
+    i = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
+    while i < n:
+        b = histogram_bin(x[i], fn, top, nbins)
+        if b >= 0:
+            cuda.atomic.add(counts, b, np.uint64(1))
+        i += stride
+
+
 # ---------------------------------------------------------------------------------------------
 # Signatures (merged into _cuda.all_signatures(), which the PTX check compiles).
 # ---------------------------------------------------------------------------------------------
@@ -360,6 +375,7 @@ KERNELS = {
     "fake_amax": fake_amax_kernel,
     "ste": ste_kernel,
     "fake_affine": fake_affine_kernel,
+    "histogram": histogram_kernel,
 }
 
 #: Kernel-side inputs: float32, float64, float16 bits (uint16), bfloat16 bits (int16).
@@ -401,6 +417,8 @@ def dynamic_signature(kernel: str, data_dtype, out_dtype=None):
         g, xd = data_dtype
         par = _arr(np.float32, 3)
         args = (_arr(g, 3), _arr(xd, 3), par, par, i64, i64, i64, from_dtype(np.dtype(out_dtype)), _arr(out_dtype, 3))
+    elif kernel == "histogram":
+        args = (_arr(data_dtype, 1), i64, f32, _arr(np.uint64, 1))
     else:
         raise KeyError(kernel)
     return types.void(*args)
@@ -416,6 +434,7 @@ def all_dynamic_signatures() -> list[tuple[str, object]]:
     for d in INPUT_DTYPES:
         sigs += [(k, dynamic_signature(k, d, _out_of(d))) for k in ("fake_amax", "fake_affine")]
         sigs += [("ste", dynamic_signature("ste", (d, xd), _out_of(d))) for xd in INPUT_DTYPES]
+        sigs.append(("histogram", dynamic_signature("histogram", d)))
     return sigs
 
 
@@ -598,3 +617,18 @@ def ste_backward(grad, x, lo_grid, hi_grid, layout, out) -> None:
         _launch("ste", grid, threads, stream, (g3, x3, l3, h3, *blocks, like, o3),
                 dynamic_signature("ste", (g3.dtype, x3.dtype), o3.dtype))
     _copy_back([(out, do)], stream)
+
+
+def abs_histogram(x, nbins: int, top) -> np.ndarray:
+    """int64 counts of ``|x|`` in ``nbins`` bins over ``[0, top]``."""
+    be = _backend()
+    stream = be.current_stream()
+    xd = _float_input(x, stream)
+    flat = xd.reshape(int(xd.size))
+    counts = cuda.to_device(np.zeros(int(nbins), np.uint64), stream=stream)
+    grid, threads = _flat_grid(int(flat.size))
+    _launch("histogram", grid, threads, stream, (flat, int(nbins), np.float32(top), counts),
+            dynamic_signature("histogram", flat.dtype))
+    host = counts.copy_to_host(stream=stream)
+    stream.synchronize()
+    return host.astype(np.int64)
