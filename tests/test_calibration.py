@@ -7,9 +7,6 @@ import pytest
 
 import nbquant
 
-pytestmark = pytest.mark.not_on_backend(
-    "cuda", reason="no CUDA kernels for dynamic quantization, the modelopt ops or the calibrators yet")
-
 
 def _batches(seed=0):
     rng = np.random.default_rng(seed)
