@@ -181,9 +181,6 @@ def test_inputs_are_not_modified():
 
 # --- NF4 with double quantization -------------------------------------------------------------------
 
-_NF4_SKIP = pytest.mark.not_on_backend("cuda", reason="no CUDA NF4 kernels yet")
-
-
 def _both_nf4(backend, x, **kwargs):
     ref = nbquant.quantize_nf4(x, backend="reference", **kwargs)
     got = nbquant.quantize_nf4(x, backend=backend, **kwargs)
@@ -192,7 +189,6 @@ def _both_nf4(backend, x, **kwargs):
     return got, ref
 
 
-@_NF4_SKIP
 def test_nf4_hand_example(backend):
     """1.0 -> index 15, -0.5 -> -0.5234375 (2), 0.25 -> 0.24609375 (10), 0.0 -> 7; first element in the high nibble."""
     nq, _ = _both_nf4(backend, np.array([1.0, -0.5, 0.25, 0.0], np.float32), block_size=4)
@@ -201,7 +197,6 @@ def test_nf4_hand_example(backend):
     assert nq.dequantize(backend=backend).tolist() == [1.0, -0.5234375, 0.24609375, 0.0]
 
 
-@_NF4_SKIP
 def test_nf4_ties_take_the_first_entry(backend):
     """Exactly between 0 (index 7) and 0.07958984375 (index 8): argmin keeps the first."""
     x = np.array([0.039794921875, 1.0], np.float32)
@@ -209,7 +204,6 @@ def test_nf4_ties_take_the_first_entry(backend):
     assert nq.data.tolist() == [0x7F]
 
 
-@_NF4_SKIP
 @pytest.mark.parametrize("scale_block_size", [None, 4])
 def test_nf4_matches_reference(backend, scale_block_size):
     x = _sample((8, 64), seed=4)

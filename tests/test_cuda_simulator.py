@@ -177,7 +177,7 @@ def test_every_launched_signature_is_in_the_ptx_check(cuda):
 
 
 def test_block_format_launches_are_in_the_ptx_check(cuda):
-    """MX/NVFP4 quantize and dequantize and amax launch only signatures that the PTX check compiles."""
+    """MX/NVFP4/NF4 quantize and dequantize and amax launch only signatures that the PTX check compiles."""
     from nbquant.backends import _cuda
 
     x = np.random.default_rng(7).standard_normal((2, 32)).astype(np.float32)
@@ -185,6 +185,7 @@ def test_block_format_launches_are_in_the_ptx_check(cuda):
         xx = x.astype(dtype)
         bqs = [nbquant.quantize_mx(xx, fmt, block_size=8, backend="cuda") for fmt in ("mxfp8_e5m2", "mxfp4", "mxint8")]
         bqs.append(nbquant.quantize_nvfp4(xx, block_size=8, backend="cuda"))
+        bqs.append(nbquant.quantize_nf4(xx, block_size=8, backend="cuda"))
         for bq in bqs:
             for out_dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
                 bq.dequantize(out_dtype, backend="cuda")

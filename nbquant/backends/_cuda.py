@@ -489,7 +489,7 @@ def all_signatures() -> list[tuple[str, object]]:
     Examples
     --------
     >>> len(all_signatures())
-    98
+    105
     """
     sigs = []
     for d in INPUT_DTYPES:
@@ -770,10 +770,19 @@ def dequantize(q, scale, zero_point, spec, out) -> None:
 # ---------------------------------------------------------------------------------------------
 
 from . import _cuda_blocks  # noqa: E402  (it uses the helpers above through this module)
-from ._cuda_blocks import amax, mx_dequantize, mx_quantize, nvfp4_dequantize, nvfp4_quantize  # noqa: E402
+from ._cuda_blocks import (  # noqa: E402
+    amax,
+    mx_dequantize,
+    mx_quantize,
+    nf4_dequantize,
+    nf4_quantize,
+    nvfp4_dequantize,
+    nvfp4_quantize,
+)
 
 _KERNELS.update(_cuda_blocks.KERNELS)
-__all__ += ["mx_quantize", "mx_dequantize", "nvfp4_quantize", "nvfp4_dequantize", "amax"]
+__all__ += ["mx_quantize", "mx_dequantize", "nvfp4_quantize", "nvfp4_dequantize", "nf4_quantize", "nf4_dequantize",
+            "amax"]
 
 # ---------------------------------------------------------------------------------------------
 # Dynamic quantization (issue 5): kernels and entry points in _cuda_dynamic.

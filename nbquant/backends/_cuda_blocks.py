@@ -40,6 +40,7 @@ from numba.core.errors import NumbaPerformanceWarning
 from numba.np.numpy_support import from_dtype
 
 from ..element import (
+    NF4_VALUES,
     abs_bits,
     bits_f32,
     code_value,
@@ -49,6 +50,7 @@ from ..element import (
     load_f32,
     mx_inverse_scale,
     mx_scale_code,
+    nf4_code,
     store_float,
 )
 from ._views import kernel_float_view, output_float_like
@@ -59,6 +61,8 @@ __all__ = [
     "mx_dequantize",
     "nvfp4_quantize",
     "nvfp4_dequantize",
+    "nf4_quantize",
+    "nf4_dequantize",
     "amax",
     "mx_quantize_kernel",
     "mx_dequantize_kernel",
@@ -221,6 +225,64 @@ def nvfp4_dequantize_kernel(codes, scales, block, global_scale, like, out):
         row += np.uint64(cuda.gridDim.y)
 
 
+def nf4_quantize_kernel(x, block, codes, scales):
+    """NF4 quantize ``x`` (rows, n): float32 block ``scales`` (amax) and table indices packed high nibble first."""
+    rows = np.uint64(x.shape[0])
+    nblocks = np.uint64(scales.shape[1])
+    ub = np.uint64(block)
+    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
+    start = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
+    row = np.uint64(cuda.blockIdx.y)
+    while row < rows:
+        xs, cs, ss = x[row], codes[row], scales[row]
+        b = start
+        while b < nblocks:
+            c = b * ub
+            c1 = c + ub
+            amax_bits = np.int64(0)
+            while c < c1:
+                amax_bits = max(amax_bits, abs_bits(xs[c]))
+                c += _U1
+            amax = np.float32(bits_f32(amax_bits))  # a NumPy scalar: 0/0 is NaN in the simulator too
+            ss[b] = amax
+            c = b * ub
+            j = c // _U2
+            while c < c1:
+                hi = nf4_code(np.float32(load_f32(xs[c])) / amax)
+                lo = nf4_code(np.float32(load_f32(xs[c + _U1])) / amax)
+                cs[j] = (hi << 4) | lo
+                j += _U1
+                c += _U2
+            b += stride
+        row += np.uint64(cuda.gridDim.y)
+
+
+def nf4_dequantize_kernel(codes, scales, block, like, out):
+    """NF4 dequantize into ``out`` (rows, n): ``table[index] * scale`` per block."""
+    rows = np.uint64(out.shape[0])
+    nblocks = np.uint64(scales.shape[1])
+    ub = np.uint64(block)
+    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
+    start = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
+    row = np.uint64(cuda.blockIdx.y)
+    while row < rows:
+        qs, ss, os = codes[row], scales[row], out[row]
+        b = start
+        while b < nblocks:
+            s = np.float32(ss[b])
+            c = b * ub
+            c1 = c + ub
+            j = c // _U2
+            while c < c1:
+                byte = np.int64(qs[j])
+                os[c] = store_float(NF4_VALUES[byte >> 4] * s, like)
+                os[c + _U1] = store_float(NF4_VALUES[byte & 15] * s, like)
+                j += _U1
+                c += _U2
+            b += stride
+        row += np.uint64(cuda.gridDim.y)
+
+
 def amax_kernel(x, out):
     """``out[0] = max(out[0], bits of max |x|)`` over a 1-D ``x`` (NaN bits win over every number)."""
     shared = cuda.shared.array(AMAX_THREADS, np.uint32)
@@ -253,6 +315,8 @@ KERNELS = {
     "mx_dequantize": mx_dequantize_kernel,
     "nvfp4_quantize": nvfp4_quantize_kernel,
     "nvfp4_dequantize": nvfp4_dequantize_kernel,
+    "nf4_quantize": nf4_quantize_kernel,
+    "nf4_dequantize": nf4_dequantize_kernel,
     "amax": amax_kernel,
 }
 
@@ -283,6 +347,10 @@ def block_signature(kernel: str, data_dtype, out_dtype):
         args = (_arr(data_dtype), i64, f32, f32, u8, u8)
     elif kernel == "nvfp4_dequantize":
         args = (u8, u8, i64, f32, from_dtype(np.dtype(out_dtype)), _arr(out_dtype))
+    elif kernel == "nf4_quantize":
+        args = (_arr(data_dtype), i64, u8, _arr(np.float32))
+    elif kernel == "nf4_dequantize":
+        args = (u8, _arr(np.float32), i64, from_dtype(np.dtype(out_dtype)), _arr(out_dtype))
     elif kernel == "amax":
         args = (_arr(data_dtype, 1), _arr(np.uint32, 1))
     else:
@@ -291,13 +359,14 @@ def block_signature(kernel: str, data_dtype, out_dtype):
 
 
 def all_block_signatures() -> list[tuple[str, object]]:
-    """Every ``(kernel, signature)`` the block entry points launch (18)."""
+    """Every ``(kernel, signature)`` the block entry points launch (25)."""
     sigs = []
     for d in INPUT_DTYPES:
-        sigs += [(k, block_signature(k, d, np.uint8)) for k in ("mx_quantize", "nvfp4_quantize")]
+        sigs += [(k, block_signature(k, d, np.uint8)) for k in ("mx_quantize", "nvfp4_quantize", "nf4_quantize")]
         sigs.append(("amax", block_signature("amax", d, np.uint32)))
     for o in OUTPUT_DTYPES:
-        sigs += [(k, block_signature(k, np.uint8, o)) for k in ("mx_dequantize", "nvfp4_dequantize")]
+        sigs += [(k, block_signature(k, np.uint8, o)) for k in ("mx_dequantize", "nvfp4_dequantize",
+                                                                 "nf4_dequantize")]
     return sigs
 
 
@@ -385,6 +454,23 @@ def nvfp4_dequantize(codes, scales, spec, out) -> None:
     args = (spec.block_size, np.float32(spec.global_scale), output_float_like(spec.out_dtype))
     _run_rows("nvfp4_dequantize", [codes, scales], [ov], lambda q2, s2, o2: (q2, s2, *args, o2), np.uint8,
               ov.dtype, rows, nblocks)
+
+
+def nf4_quantize(x, spec, codes, scales) -> None:
+    """Fused NF4 quantize of ``x`` (rows, n): packed table indices and float32 block scales."""
+    xv = kernel_float_view(_host_or_device(x))
+    rows, nblocks = scales.shape
+    _run_rows("nf4_quantize", [xv], [codes, scales], lambda x2, c2, s2: (x2, spec.block_size, c2, s2), xv.dtype,
+              np.uint8, rows, nblocks)
+
+
+def nf4_dequantize(codes, scales, spec, out) -> None:
+    """NF4 dequantize into ``out`` (rows, n) with float32 block ``scales``."""
+    ov = kernel_float_view(_host_or_device(out))
+    rows, nblocks = scales.shape
+    args = (spec.block_size, output_float_like(spec.out_dtype))
+    _run_rows("nf4_dequantize", [codes, scales], [ov], lambda q2, s2, o2: (q2, s2, *args, o2), np.uint8, ov.dtype,
+              rows, nblocks)
 
 
 def amax(x) -> np.float32:
