@@ -326,8 +326,9 @@ def dynamic_block_quant(x: npt.ArrayLike, block_sizes: dict, num_bits: int | tup
     """
     x = check_float_input(x)
     if "scale_bits" in block_sizes:
-        raise ValueError("block_sizes with scale_bits (double quantization / NVFP4 / MX) is not supported by "
-                         "dynamic_block_quant; use nbquant.quantize_nvfp4 or nbquant.quantize_mx")
+        raise ValueError("block_sizes with scale_bits is not supported by dynamic_block_quant; use "
+                         "nbquant.quantize_nf4 (num_bits=4 with double quantization of the scales), "
+                         "nbquant.quantize_nvfp4 or nbquant.quantize_mx")
     layout = block_sizes_to_layout(x.shape, block_sizes)
     axis = layout.axis if layout.kind == "blocked" else None
     bs = layout.block[layout.axis] if layout.kind == "blocked" else layout.block
