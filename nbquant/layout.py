@@ -232,6 +232,9 @@ def canonical_views(layout: BlockLayout, data: list[np.ndarray], params: list[np
     views = [a.reshape(sizes[:-1] + [sizes[-1] // k * m]) for a, (k, m) in zip(data, groups, strict=True)]
     pviews = [p.reshape(grids) for p in params]
     blocks = tuple(b for _, b in inner)
+    if not lead:  # the usual case: one launch over the whole array
+        yield views, pviews, blocks
+        return
     for idx in np.ndindex(*(n for n, _ in lead)):
         gidx = tuple(i // b for i, (_, b) in zip(idx, lead, strict=True))
         yield [v[idx] for v in views], [p[gidx] for p in pviews], blocks

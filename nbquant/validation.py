@@ -49,6 +49,9 @@ def _as_float_param(name: str, value) -> np.ndarray:
 
 def _all_within(arr: np.ndarray, low: float, high: float) -> bool:
     """Whether every value lies in ``(low, high)``: two reductions, no temporaries (NaN fails)."""
+    if arr.size == 1:
+        v = float(arr.reshape(-1)[0])
+        return low < v < high
     return arr.size == 0 or bool(arr.min() > low and arr.max() < high)
 
 

@@ -88,10 +88,12 @@ def test_backends_rows():
     assert by_name["cpu"] == ("cpu", True, "available")
 
 
-def test_cpu_unavailable_without_numba(monkeypatch):
+def test_cpu_unavailable_without_numba(monkeypatch, request):
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numba" else real_find_spec(
         name, *a))
+    registry._cpu_unavailable_reason.cache_clear()  # availability is probed once per process
+    request.addfinalizer(registry._cpu_unavailable_reason.cache_clear)
     cpu = {r.name: r for r in nbquant.backends()}["cpu"]
     assert not cpu.available and "numba is not installed" in cpu.reason
     with pytest.raises(nbquant.BackendUnavailableError, match=r"backend 'cpu' is not available: numba"):

@@ -20,6 +20,7 @@ import functools
 import importlib
 import importlib.util
 import os
+import sys
 from collections.abc import Iterator
 from types import ModuleType
 from typing import NamedTuple
@@ -59,10 +60,18 @@ class BackendInfo(NamedTuple):
 
 
 def _unavailable_reason(name: str) -> str:
-    if name == "cpu" and importlib.util.find_spec("numba") is None:
-        return "numba is not installed; pip install 'numba>=0.68.1,<0.69'"
+    if name == "cpu":
+        return _cpu_unavailable_reason()
     if name == "cuda":
         return _cuda_unavailable_reason()
+    return ""
+
+
+@functools.cache
+def _cpu_unavailable_reason() -> str:
+    """Why the cpu backend cannot run ("" when it can); probed once (a module search costs ~10 µs a call)."""
+    if importlib.util.find_spec("numba") is None:
+        return "numba is not installed; pip install 'numba>=0.68.1,<0.69'"
     return ""
 
 
@@ -243,4 +252,4 @@ def resolve_backend(name: str | None, arrays=()) -> ModuleType:
         name = next(n for n in ("cpu", "reference") if not _unavailable_reason(n))
     elif reason := _unavailable_reason(name):
         raise BackendUnavailableError(f"backend {name!r} is not available: {reason}")
-    return importlib.import_module(_MODULES[name])
+    return sys.modules.get(_MODULES[name]) or importlib.import_module(_MODULES[name])
