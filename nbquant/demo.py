@@ -335,32 +335,22 @@ def run_demo(
         def quantize(backend: str, scale=scale, scheme=scheme, kw=kw) -> np.ndarray:
             return nbquant.quantize(x, scale, scheme.dtype, backend=backend, **kw)
 
-        ref = quantize("reference")
-        for backend in names:
-            codes, first = _timed(lambda b=backend: quantize(b))
-            times = [_timed(lambda b=backend: quantize(b))[1] for _ in range(repeats)]
-            back = nbquant.dequantize(codes, scale, backend=backend, **dq_kw)
-            moved = x.nbytes + codes.nbytes + scale.nbytes + (zp.nbytes if zp is not None else 0)
-            yield DemoRow(
-                scheme=scheme.name,
-                layout=scheme.layout,
-                backend=backend,
-                sqnr_db=sqnr_db(x, back),
-                max_abs_error=float(np.max(np.abs(x - back))),
-                first_call_s=first,
-                median_s=float(np.median(times)),
-                bytes_moved=moved,
-                equals_reference=_same_bits(codes, ref),
-            )
+        def dequantize(codes: np.ndarray, backend: str, scale=scale, dq_kw=dq_kw) -> np.ndarray:
+            return nbquant.dequantize(codes, scale, backend=backend, **dq_kw)
+
+        params = scale.nbytes + (zp.nbytes if zp is not None else 0)
+        yield from _scheme_rows(x, scheme, names, repeats, quantize, dequantize,
+                                lambda codes, params=params: codes.nbytes + params, _same_bits)
 
 
-def _run_block_scheme(x: np.ndarray, scheme: Scheme, backends: list[str], repeats: int) -> Iterator[DemoRow]:
-    """Like :func:`run_demo`'s loop, for a block format: the kernel computes the scales too."""
-    ref = _block_quantize(x, scheme, "reference")
+def _scheme_rows(x: np.ndarray, scheme: Scheme, backends: list[str], repeats: int, quantize, dequantize,
+                 result_bytes, same) -> Iterator[DemoRow]:
+    """Time ``quantize(backend)`` on each backend, check it against ``reference``, and measure the round trip."""
+    ref = quantize("reference")
     for backend in backends:
-        bq, first = _timed(lambda b=backend: _block_quantize(x, scheme, b))
-        times = [_timed(lambda b=backend: _block_quantize(x, scheme, b))[1] for _ in range(repeats)]
-        back = bq.dequantize(backend=backend)
+        result, first = _timed(lambda b=backend: quantize(b))
+        times = [_timed(lambda b=backend: quantize(b))[1] for _ in range(repeats)]
+        back = dequantize(result, backend)
         yield DemoRow(
             scheme=scheme.name,
             layout=scheme.layout,
@@ -369,9 +359,20 @@ def _run_block_scheme(x: np.ndarray, scheme: Scheme, backends: list[str], repeat
             max_abs_error=float(np.max(np.abs(x - back))),
             first_call_s=first,
             median_s=float(np.median(times)),
-            bytes_moved=x.nbytes + bq.data.nbytes + bq.scales.nbytes,
-            equals_reference=_same_bits(bq.data, ref.data) and _same_bits(bq.scales, ref.scales),
+            bytes_moved=x.nbytes + result_bytes(result),
+            equals_reference=same(result, ref),
         )
+
+
+def _run_block_scheme(x: np.ndarray, scheme: Scheme, backends: list[str], repeats: int) -> Iterator[DemoRow]:
+    """:func:`_scheme_rows` for a block format: the kernel computes the scales too."""
+    return _scheme_rows(
+        x, scheme, backends, repeats,
+        lambda b: _block_quantize(x, scheme, b),
+        lambda bq, b: bq.dequantize(backend=b),
+        lambda bq: bq.data.nbytes + bq.scales.nbytes,
+        lambda a, r: _same_bits(a.data, r.data) and _same_bits(a.scales, r.scales),
+    )
 
 
 def _cpu_model() -> str:
