@@ -29,17 +29,16 @@ from ..element import (
     amax_code,
     amax_scales,
     bits_f32,
-    code_bits,
     e4m3_scales,
     key_f32,
     load_f32,
     order_key,
-    quantize_value,
     rint_f32,
     scaled_minifloat_fake,
     store_float,
 )
 from ..layout import canonical_dims
+from . import cpu
 from ._cache import stamp_cache_with_element_source
 from ._views import ROW_TILE, kernel_float_view, output_float_like
 
@@ -102,7 +101,7 @@ def dynamic_rows_kernel(x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_
     rows, C = x.shape
     nblocks = (C + bc - 1) // bc
     ntiles = (nblocks + tile - 1) // tile
-    k = 8 // nbits
+    kshift = 1 if nbits == 4 else 2  # packed: 8 // nbits codes per byte
     qlo = np.float32(qmin)
     qhi = np.float32(qmax)
     for unit in prange(rows * ntiles):
@@ -122,24 +121,15 @@ def dynamic_rows_kernel(x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_
             scale[r, b] = s
             zp[r, b] = np.int32(z)
             m = np.float32(1.0) / s if reciprocal else s
+            # The static kernels' block loops, compiled per scale op (no divide on the multiply path);
+            # byte offsets by shift (a per-block integer division costs ~2 cycles per code).
             if packed:
-                os = out[r, c0 // k:c1 // k]
-                if nbits == 4:
-                    for j in range(os.size):
-                        q0 = code_bits(quantize_value(xs[2 * j], m, z, scale_op, False, qlo, qhi), mask)
-                        q1 = code_bits(quantize_value(xs[2 * j + 1], m, z, scale_op, False, qlo, qhi), mask)
-                        os[j] = q0 | (q1 << 4)
-                else:
-                    for j in range(os.size):
-                        q0 = code_bits(quantize_value(xs[4 * j], m, z, scale_op, False, qlo, qhi), mask)
-                        q1 = code_bits(quantize_value(xs[4 * j + 1], m, z, scale_op, False, qlo, qhi), mask)
-                        q2 = code_bits(quantize_value(xs[4 * j + 2], m, z, scale_op, False, qlo, qhi), mask)
-                        q3 = code_bits(quantize_value(xs[4 * j + 3], m, z, scale_op, False, qlo, qhi), mask)
-                        os[j] = q0 | (q1 << 2) | (q2 << 4) | (q3 << 6)
+                os = out[r, c0 >> kshift:c1 >> kshift]
+                cpu._quantize_bytes(xs, os, m, z, scale_op, False, qlo, qhi, nbits)
+            elif scale_op == SCALE_MULTIPLY:
+                cpu._quantize_block(xs, out[r, c0:c1], m, z, SCALE_MULTIPLY, False, qlo, qhi, mask)
             else:
-                os = out[r, c0:c1]
-                for i in range(os.size):
-                    os[i] = code_bits(quantize_value(xs[i], m, z, scale_op, False, qlo, qhi), mask)
+                cpu._quantize_block(xs, out[r, c0:c1], m, z, SCALE_DIVIDE, False, qlo, qhi, mask)
 
 
 @njit(**_KERNEL_OPTIONS)
@@ -351,7 +341,7 @@ def histogram_kernel(x, nbins, top, tile, counts):
 
 _KERNELS = (dynamic_rows_kernel, block_reduce_kernel, flat_reduce_kernel, qparams_kernel, fake_amax_kernel,
             fake_affine_kernel, ste_kernel, histogram_kernel)
-stamp_cache_with_element_source(_KERNELS)
+stamp_cache_with_element_source(_KERNELS, helpers=(cpu,))
 
 
 # --- host side -------------------------------------------------------------------------------------
