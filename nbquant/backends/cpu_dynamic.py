@@ -214,13 +214,7 @@ def fake_amax_kernel(x, amax, is_float, maxbound, qmin, qmax, fp, bp, br, bc, ti
     P, R, C = x.shape
     ntiles = (C + tile - 1) // tile
     for unit in prange(P * R * ntiles):
-        row = unit // ntiles
-        c = (unit - row * ntiles) * tile
-        end = min(c + tile, C)
-        p = row // R
-        r = row - p * R
-        sp = p // bp
-        sr = r // br
+        p, r, sp, sr, c, end = cpu._unit(unit, ntiles, tile, R, C, bp, br)
         g = c // bc
         while c < end:
             stop = min((g + 1) * bc, end)
@@ -297,13 +291,7 @@ def ste_kernel(grad, x, lo, hi, bp, br, bc, tile, like, out):
     P, R, C = x.shape
     ntiles = (C + tile - 1) // tile
     for unit in prange(P * R * ntiles):
-        row = unit // ntiles
-        c = (unit - row * ntiles) * tile
-        end = min(c + tile, C)
-        p = row // R
-        r = row - p * R
-        sp = p // bp
-        sr = r // br
+        p, r, sp, sr, c, end = cpu._unit(unit, ntiles, tile, R, C, bp, br)
         g = c // bc
         while c < end:
             stop = min((g + 1) * bc, end)
