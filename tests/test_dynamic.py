@@ -187,6 +187,34 @@ def test_property_fused_equals_two_pass(backend, x, mapping, group):
     assert (q.astype(np.int64) >= fmt.qmin).all() and (q.astype(np.int64) <= fmt.qmax).all()
 
 
+@pytest.mark.parametrize("mapping", ["symmetric", "asymmetric"])
+@pytest.mark.parametrize(("dtype", "packed"), [("int8", False), ("uint4", False), ("uint4", True), ("int2", True)])
+def test_fused_rows_span_chunks_and_a_partial_block(backend, mapping, dtype, packed):
+    """Rows longer than the fused kernel's L1 chunk, a partial last block, special values in some blocks."""
+    x = _data((3, 8200), seed=3)  # 256 blocks of 32 and one of 8 per row
+    x[0, 40], x[1, 8195], x[2, 4100] = np.nan, -np.inf, -0.0
+    x[2, 33] = np.inf
+    got = nbquant.quantize_dynamic(x, dtype, axis=1, block_size=32, mapping=mapping, packed=packed, backend=backend)
+    ref = nbquant.quantize_dynamic(x, dtype, axis=1, block_size=32, mapping=mapping, packed=packed,
+                                   backend="reference")
+    for a, b in zip(got, ref, strict=True):
+        assert_same_bits(a, b)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(x=hnp.arrays(np.float32, st.tuples(st.integers(1, 5), st.integers(1, 12).map(lambda n: 4 * n)),
+                    elements=st.floats(width=32)),
+       dtype=st.sampled_from(["int4", "uint4", "int2"]), group=st.sampled_from([4, 8, 12, 48]),
+       mapping=st.sampled_from(["symmetric", "asymmetric", "modelopt"]))
+def test_property_fused_packed_with_special_values(backend, x, dtype, group, mapping):
+    """Packed fused quantization, NaN and ±inf included, equals the oracle bit for bit."""
+    kw = {"axis": 1, "block_size": min(group, x.shape[1]), "mapping": mapping, "packed": True}
+    got = nbquant.quantize_dynamic(x, dtype, backend=backend, **kw)
+    ref = nbquant.quantize_dynamic(x, dtype, backend="reference", **kw)
+    for a, b in zip(got, ref, strict=True):
+        assert_same_bits(a, b)
+
+
 @pytest.mark.parametrize(("kwargs", "exc", "match"), [
     ({"mapping": "affine"}, ValueError, "mapping='affine'"),
     ({"dtype": "float8_e4m3fn"}, ValueError, "floating-point format"),

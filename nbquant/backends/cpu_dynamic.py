@@ -1,11 +1,12 @@
 """CPU kernels for dynamic quantization and the amax-based (modelopt) quantizers.
 
 * :func:`dynamic_rows_kernel` is the fused one-pass kernel for blocks that lie
-  inside one row (per-row, per-group, ONNX blocked along the last axis): each work
-  unit reduces a block (an integer max over the float bits, or min/max over
-  :func:`~nbquant.element.order_key` keys — both vectorize), computes the block's
-  scale and zero point with :func:`~nbquant.element.affine_qparams` and quantizes
-  the block while it is still in L1.
+  inside one row (per-row, per-group, ONNX blocked along the last axis): it takes a
+  row in L1-sized chunks of whole blocks, reduces each block (an int32 max over the
+  float bits, or min/max over :func:`~nbquant.element.order_key` keys — both
+  vectorize), computes the chunk's scales and zero points with
+  :func:`~nbquant.element.affine_qparams` in one loop, then quantizes the chunk
+  while it is still in L1.
 * Other granularities (per-tensor, per-channel, 2-D blocks) take a reduction pass
   (:func:`block_reduce_kernel`, :func:`flat_reduce_kernel`), a small qparams pass
   over the block grid, then the static quantize kernels of :mod:`.cpu`.
@@ -18,6 +19,7 @@ All numerics live in :mod:`nbquant.element`.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -38,35 +40,31 @@ from ..element import (
     store_float,
 )
 from ..layout import canonical_dims
-from . import cpu
+from . import cpu, cpu_blocks
 from ._cache import stamp_cache_with_element_source
 from ._views import ROW_TILE, kernel_float_view, output_float_like
+from .cpu_blocks import absmax_bits
 
 _KERNEL_OPTIONS = dict(parallel=True, cache=True, error_model="numpy", nogil=True)
 
-#: Blocks per parallel work unit of the fused kernel.
-_TILE_BLOCKS = 1024
+#: Elements of a row the fused kernel reduces, then quantizes, while they are in L1 (whole blocks).
+_CHUNK = 4096
+#: Parallel units of the fused kernel per thread.
+_UNITS_PER_THREAD = 4
 _KEY_HI = np.int64(1 << 62)
 MAPPING_MODELOPT = 3
 
 
 @njit(inline="always")
 def _minmax_keys(xs):
-    lo = _KEY_HI
-    hi = -_KEY_HI
+    """The smallest and largest :func:`order_key` of ``xs`` (not empty), in int32 accumulators (they vectorize)."""
+    lo = np.int32(0x7FFFFFFF)
+    hi = np.int32(-0x80000000)
     for i in range(xs.size):
         k = order_key(xs[i])
-        lo = min(lo, k)
-        hi = max(hi, k)
+        lo = np.int32(min(lo, k))
+        hi = np.int32(max(hi, k))
     return lo, hi
-
-
-@njit(inline="always")
-def _absmax_bits(xs):
-    amax = np.int64(0)
-    for i in range(xs.size):
-        amax = max(amax, abs_bits(xs[i]))
-    return amax
 
 
 @njit(inline="always")
@@ -84,52 +82,108 @@ def block_qparams(lo, hi, use_minmax, mapping, qmin, qmax, half_range, eps, zp_s
 
 
 @njit(inline="always")
-def _multiplier(s, scale_op):
-    """The per-element factor: ``s`` itself (divide, or a modelopt multiplier), else ``fl(1 / s)``."""
-    return s if scale_op == SCALE_DIVIDE else np.float32(1.0) / s
+def _block_keys(xs, use_minmax):
+    """The reduced keys of one block: its min/max :func:`order_key` keys, or ``(0, absmax bits)``."""
+    if use_minmax:
+        return _minmax_keys(xs)
+    return np.int32(0), absmax_bits(xs)
+
+
+@njit(inline="always")
+def _block_codes(xs, os, m, z, scale_op, qlo, qhi, mask):
+    """The codes of one block (``x * m`` or ``x / m``, then ``+ z``) into ``os``, compiled per scale op."""
+    if scale_op == SCALE_MULTIPLY:
+        cpu._quantize_block(xs, os, m, z, SCALE_MULTIPLY, False, qlo, qhi, mask)
+    else:
+        cpu._quantize_block(xs, os, m, z, SCALE_DIVIDE, False, qlo, qhi, mask)
+
+
+@njit(inline="always")
+def _pack_codes(words16, words32, os, nbits):
+    """Pack byte codes into ``os``, the first code in the low bits: 2 (4-bit) or 4 (2-bit) per byte.
+
+    The codes are read as little-endian uint16 (``words16``) or uint32 (``words32``)
+    words, one per output byte, so the loop is contiguous and vectorizes (a strided
+    read of every second float does not).
+    """
+    if nbits == 4:
+        for j in range(os.size):
+            w = words16[j]
+            os[j] = (w & 0x0F) | ((w >> 4) & 0xF0)
+    else:
+        for j in range(os.size):
+            w = words32[j]
+            os[j] = (w & 0x03) | ((w >> 6) & 0x0C) | ((w >> 12) & 0x30) | ((w >> 18) & 0xC0)
 
 
 @njit(**_KERNEL_OPTIONS)
 def dynamic_rows_kernel(x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound, reciprocal, scale_op,
-                        mask, nbits, packed, bc, tile, out, scale, zp):
+                        mask, nbits, packed, bc, chunk_blocks, units, out, scale, zp):
     """Fused dynamic quantize of ``x`` (rows, C) in blocks of ``bc`` along C.
 
     Writes ``scale`` and ``zp`` (rows, ceil(C / bc)) and the codes ``out`` (rows, C),
     or (rows, C / k) packed with ``k = 8 // nbits`` codes per byte (``bc % k == 0``
     or one block per row). ``reciprocal``: quantize with ``x * fl(1 / s)``.
+
+    Work items are chunks of ``chunk_blocks`` blocks of one row, split over ``units``
+    parallel units that reuse their scratch arrays. A chunk is reduced block by block,
+    its qparams are computed in one loop over its blocks (vectorized divisions), then it
+    is quantized while it is still in L1. Whole blocks are rows of a 2-D view (indexing
+    one is cheaper than slicing it); only a row's last block can be partial.
     """
     rows, C = x.shape
     nblocks = (C + bc - 1) // bc
-    ntiles = (nblocks + tile - 1) // tile
+    whole = C // bc
+    nchunks = (nblocks + chunk_blocks - 1) // chunk_blocks
+    items = rows * nchunks
     kshift = 1 if nbits == 4 else 2  # packed: 8 // nbits codes per byte
     qlo = np.float32(qmin)
     qhi = np.float32(qmax)
-    for unit in prange(rows * ntiles):
-        r = unit // ntiles
-        b0 = (unit - r * ntiles) * tile
-        b1 = min(b0 + tile, nblocks)
-        for b in range(b0, b1):
-            c0 = b * bc
-            c1 = min(c0 + bc, C)
-            xs = x[r, c0:c1]
-            if use_minmax:
-                lo, hi = _minmax_keys(xs)
-            else:
-                lo = np.int64(0)
-                hi = _absmax_bits(xs)
-            s, z = block_qparams(lo, hi, use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound)
-            scale[r, b] = s
-            zp[r, b] = np.int32(z)
-            m = np.float32(1.0) / s if reciprocal else s
-            # The static kernels' block loops, compiled per scale op (no divide on the multiply path);
-            # byte offsets by shift (a per-block integer division costs ~2 cycles per code).
+    for u in prange(units):
+        lo = np.empty(chunk_blocks, np.int64)
+        hi = np.empty(chunk_blocks, np.int64)
+        ms = np.empty(chunk_blocks, np.float32)
+        zs = np.empty(chunk_blocks, np.float32)
+        codes = np.empty((min(bc, C) + 3) // 4 * 4 if packed else 0, np.uint8)
+        block_codes = codes[:min(bc, C)]
+        words16 = codes.view(np.uint16)
+        words32 = codes.view(np.uint32)
+        for item in range(u * items // units, (u + 1) * items // units):
+            r = item // nchunks
+            b0 = (item - r * nchunks) * chunk_blocks
+            b1 = min(b0 + chunk_blocks, nblocks)
+            nw = min(b1, whole) - b0  # whole blocks in the chunk
+            c0 = b0 * bc
+            cw = c0 + nw * bc
+            c1 = min(b1 * bc, C)
+            xw = x[r, c0:cw].reshape(nw, bc)
+            xt = x[r, cw:c1]  # the row's partial last block, or empty
+            for b in range(nw):
+                lo[b], hi[b] = _block_keys(xw[b], use_minmax)
+            if cw < c1:
+                lo[nw], hi[nw] = _block_keys(xt, use_minmax)
+            ss = scale[r, b0:b1]
+            zz = zp[r, b0:b1]
+            for b in range(b1 - b0):
+                s, z = block_qparams(lo[b], hi[b], use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound)
+                ss[b] = s
+                zz[b] = np.int32(z)
+                ms[b] = np.float32(1.0) / s if reciprocal else s
+                zs[b] = z
             if packed:
-                os = out[r, c0 >> kshift:c1 >> kshift]
-                cpu._quantize_bytes(xs, os, m, z, scale_op, False, qlo, qhi, nbits)
-            elif scale_op == SCALE_MULTIPLY:
-                cpu._quantize_block(xs, out[r, c0:c1], m, z, SCALE_MULTIPLY, False, qlo, qhi, mask)
+                ow = out[r, c0 >> kshift:cw >> kshift].reshape(nw, bc >> kshift)
+                for b in range(nw):
+                    _block_codes(xw[b], block_codes, ms[b], zs[b], scale_op, qlo, qhi, mask)
+                    _pack_codes(words16, words32, ow[b], nbits)
+                if cw < c1:
+                    _block_codes(xt, codes[:c1 - cw], ms[nw], zs[nw], scale_op, qlo, qhi, mask)
+                    _pack_codes(words16, words32, out[r, cw >> kshift:c1 >> kshift], nbits)
             else:
-                cpu._quantize_block(xs, out[r, c0:c1], m, z, SCALE_DIVIDE, False, qlo, qhi, mask)
+                ow = out[r, c0:cw].reshape(nw, bc)
+                for b in range(nw):
+                    _block_codes(xw[b], ow[b], ms[b], zs[b], scale_op, qlo, qhi, mask)
+                if cw < c1:
+                    _block_codes(xt, out[r, cw:c1], ms[nw], zs[nw], scale_op, qlo, qhi, mask)
 
 
 @njit(**_KERNEL_OPTIONS)
@@ -175,7 +229,7 @@ def block_reduce_kernel(x, use_minmax, bp, br, bc, chunk, lo, hi):
                         los[g] = min(los[g], a)
                         his[g] = max(his[g], b)
                     else:
-                        his[g] = max(his[g], _absmax_bits(blk))
+                        his[g] = max(his[g], absmax_bits(blk))
 
 
 @njit(**_KERNEL_OPTIONS)
@@ -190,7 +244,7 @@ def flat_reduce_kernel(x, use_minmax, tile, lo, hi):
         if use_minmax:
             lo[unit], hi[unit] = _minmax_keys(xs)
         else:
-            hi[unit] = _absmax_bits(xs)
+            hi[unit] = absmax_bits(xs)
 
 
 @njit(**_KERNEL_OPTIONS)
@@ -329,7 +383,7 @@ def histogram_kernel(x, nbins, top, tile, counts):
 
 _KERNELS = (dynamic_rows_kernel, block_reduce_kernel, flat_reduce_kernel, qparams_kernel, fake_amax_kernel,
             fake_affine_kernel, ste_kernel, histogram_kernel)
-stamp_cache_with_element_source(_KERNELS, helpers=(cpu,))
+stamp_cache_with_element_source(_KERNELS, helpers=(cpu, cpu_blocks))
 
 
 # --- host side -------------------------------------------------------------------------------------
@@ -400,8 +454,11 @@ def quantize_dynamic(x, spec, out, scale, zp) -> bool:
     s2 = scale.reshape(rows, -1)
     z2 = zp.reshape(rows, -1)
     op = SCALE_DIVIDE if spec.scale_op == SCALE_DIVIDE and not spec.reciprocal else SCALE_MULTIPLY
+    chunk_blocks = max(1, _CHUNK // bc)
+    items = rows * -(-s2.shape[1] // chunk_blocks)
+    units = max(1, min(items, _UNITS_PER_THREAD * numba.get_num_threads()))
     dynamic_rows_kernel(x2, *_kernel_args(spec), spec.reciprocal, op, fmt.mask, fmt.bits, spec.packed, bc,
-                        max(1, min(_TILE_BLOCKS, ROW_TILE // bc)), o2, s2, z2)
+                        chunk_blocks, units, o2, s2, z2)
     return True
 
 
