@@ -144,8 +144,8 @@ def dynamic_rows_kernel(x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_
         hi = np.empty(chunk_blocks, np.int64)
         ms = np.empty(chunk_blocks, np.float32)
         zs = np.empty(chunk_blocks, np.float32)
-        codes = np.empty((min(bc, C) + 3) // 4 * 4 if packed else 0, np.uint8)
-        block_codes = codes[:min(bc, C)]
+        # packed: a chunk's byte codes, packed in one loop over the chunk (per block, 16-byte loops do not vectorize)
+        codes = np.empty((min(chunk_blocks * bc, C) + 3) // 4 * 4 if packed else 0, np.uint8)
         words16 = codes.view(np.uint16)
         words32 = codes.view(np.uint32)
         for item in range(u * items // units, (u + 1) * items // units):
@@ -171,13 +171,12 @@ def dynamic_rows_kernel(x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_
                 ms[b] = np.float32(1.0) / s if reciprocal else s
                 zs[b] = z
             if packed:
-                ow = out[r, c0 >> kshift:cw >> kshift].reshape(nw, bc >> kshift)
+                cws = codes[:nw * bc].reshape(nw, bc)
                 for b in range(nw):
-                    _block_codes(xw[b], block_codes, ms[b], zs[b], scale_op, qlo, qhi, mask)
-                    _pack_codes(words16, words32, ow[b], nbits)
+                    _block_codes(xw[b], cws[b], ms[b], zs[b], scale_op, qlo, qhi, mask)
                 if cw < c1:
-                    _block_codes(xt, codes[:c1 - cw], ms[nw], zs[nw], scale_op, qlo, qhi, mask)
-                    _pack_codes(words16, words32, out[r, cw >> kshift:c1 >> kshift], nbits)
+                    _block_codes(xt, codes[cw - c0:c1 - c0], ms[nw], zs[nw], scale_op, qlo, qhi, mask)
+                _pack_codes(words16, words32, out[r, c0 >> kshift:c1 >> kshift], nbits)
             else:
                 ow = out[r, c0:cw].reshape(nw, bc)
                 for b in range(nw):
