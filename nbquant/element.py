@@ -200,8 +200,12 @@ def quantize_value(x, scale, zero_point, scale_op, zero_point_before, qmin, qmax
 
 @njit(inline="always")
 def code_bits(code, mask):
-    """The storage bits of a float32 code value: its two's complement, masked."""
-    return np.int32(code) & np.int32(mask)
+    """The storage bits of a float32 code value: its two's complement, masked (an int32).
+
+    Numba widens ``int32 & int32`` to int64; the outer cast keeps the vectorized loop in
+    32-bit lanes (and, then one truncating store) instead of widening every code to 64 bits.
+    """
+    return np.int32(np.int32(code) & np.int32(mask))
 
 
 @njit(inline="always")

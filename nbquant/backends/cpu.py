@@ -77,22 +77,15 @@ def quantize_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, mask,
     for unit in prange(P * R * ntiles):
         p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
         if bc == 1:
-            xs, ss, zs, os = x[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], out[p, r, c:end]
-            if scale_op == SCALE_MULTIPLY:
-                _quantize_columns(xs, ss, zs, os, SCALE_MULTIPLY, zp_before, qmin, qmax, mask)
-            else:
-                _quantize_columns(xs, ss, zs, os, SCALE_DIVIDE, zp_before, qmin, qmax, mask)
+            quantize_columns(x[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], out[p, r, c:end], scale_op,
+                             zp_before, qmin, qmax, mask)
             continue
         g = c // bc
         while c < end:
             stop = min((g + 1) * bc, end)
             s = scale[sp, sr, g]
             z = zp[sp, sr, g] if has_zp else np.float32(0)
-            xs, os = x[p, r, c:stop], out[p, r, c:stop]
-            if scale_op == SCALE_MULTIPLY:
-                _quantize_block(xs, os, s, z, SCALE_MULTIPLY, zp_before, qmin, qmax, mask)
-            else:
-                _quantize_block(xs, os, s, z, SCALE_DIVIDE, zp_before, qmin, qmax, mask)
+            quantize_block(x[p, r, c:stop], out[p, r, c:stop], s, z, scale_op, zp_before, qmin, qmax, mask)
             c = stop
             g += 1
 
@@ -117,74 +110,81 @@ def _quantize_columns(xs, ss, zs, os, scale_op, zp_before, qmin, qmax, mask):
 
 
 @njit(inline="always")
-def _quantize_bytes(xs, os, s, z, scale_op, zp_before, qmin, qmax, nbits):
-    """Pack the codes of ``xs`` (one scale block) into ``os``, compiled per scale op."""
+def quantize_block(xs, os, s, z, scale_op, zp_before, qmin, qmax, mask):
+    """:func:`_quantize_block` compiled per scale op."""
     if scale_op == SCALE_MULTIPLY:
-        _pack_block(xs, os, s, z, SCALE_MULTIPLY, zp_before, qmin, qmax, nbits)
+        _quantize_block(xs, os, s, z, SCALE_MULTIPLY, zp_before, qmin, qmax, mask)
     else:
-        _pack_block(xs, os, s, z, SCALE_DIVIDE, zp_before, qmin, qmax, nbits)
+        _quantize_block(xs, os, s, z, SCALE_DIVIDE, zp_before, qmin, qmax, mask)
 
 
 @njit(inline="always")
-def _pack_block(xs, os, s, z, scale_op, zp_before, qmin, qmax, nbits):
-    """Pack the codes of ``xs`` (one scale block) into ``os``: 2 (4-bit) or 4 (2-bit) codes per byte.
+def quantize_columns(xs, ss, zs, os, scale_op, zp_before, qmin, qmax, mask):
+    """:func:`_quantize_columns` compiled per scale op."""
+    if scale_op == SCALE_MULTIPLY:
+        _quantize_columns(xs, ss, zs, os, SCALE_MULTIPLY, zp_before, qmin, qmax, mask)
+    else:
+        _quantize_columns(xs, ss, zs, os, SCALE_DIVIDE, zp_before, qmin, qmax, mask)
 
-    The two widths are written out so each inner loop has a fixed shape and vectorizes.
+
+#: Codes a packing kernel quantizes into a byte buffer (in L1) before packing them in one loop.
+PACK_CHUNK = 4096
+
+
+@njit(inline="always")
+def pack_codes(words16, words32, os, nbits):
+    """Pack byte codes into ``os``, the first code in the low bits: 2 (4-bit) or 4 (2-bit) per byte.
+
+    The codes are read as little-endian uint16 (``words16``) or uint32 (``words32``)
+    words of one buffer, one word per output byte, so the loop is contiguous and
+    vectorizes; packing straight from the floats needs strided reads that do not.
     """
-    mask = (1 << nbits) - 1
     if nbits == 4:
         for j in range(os.size):
-            c0 = code_bits(quantize_value(xs[2 * j], s, z, scale_op, zp_before, qmin, qmax), mask)
-            c1 = code_bits(quantize_value(xs[2 * j + 1], s, z, scale_op, zp_before, qmin, qmax), mask)
-            os[j] = c0 | (c1 << 4)
+            w = words16[j]
+            os[j] = (w & 0x0F) | ((w >> 4) & 0xF0)
     else:
         for j in range(os.size):
-            c0 = code_bits(quantize_value(xs[4 * j], s, z, scale_op, zp_before, qmin, qmax), mask)
-            c1 = code_bits(quantize_value(xs[4 * j + 1], s, z, scale_op, zp_before, qmin, qmax), mask)
-            c2 = code_bits(quantize_value(xs[4 * j + 2], s, z, scale_op, zp_before, qmin, qmax), mask)
-            c3 = code_bits(quantize_value(xs[4 * j + 3], s, z, scale_op, zp_before, qmin, qmax), mask)
-            os[j] = c0 | (c1 << 2) | (c2 << 4) | (c3 << 6)
+            w = words32[j]
+            os[j] = (w & 0x03) | ((w >> 6) & 0x0C) | ((w >> 12) & 0x30) | ((w >> 18) & 0xC0)
 
 
 @njit(**_KERNEL_OPTIONS)
 def quantize_packed_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, nbits, bp, br, bc, tile, out):
     """Quantize ``x`` (P, R, C) into packed bytes ``out`` (P, R, C / k), first code in the low bits.
 
-    Blocks that cover whole bytes (``bc % k == 0``, or one block per row) run
-    :func:`_quantize_bytes` per block; other block lengths walk the row with a
-    block counter.
+    A work unit quantizes its tile in chunks of :data:`PACK_CHUNK` codes into a byte
+    buffer (per scale block, or per column when ``bc == 1``; blocks need not cover
+    whole bytes), then packs each chunk with :func:`pack_codes`. ``bc == 1`` needs
+    ``zp`` of the scale's shape (zeros when absent).
     """
     P, R, C = x.shape
-    k = 8 // nbits
-    kshift = 1 if k == 2 else 2  # byte index = code index >> kshift (a per-block division costs ~2 cycles/code)
+    kshift = 1 if nbits == 4 else 2  # byte index = code index >> kshift (tiles and chunks hold whole bytes)
     mask = (1 << nbits) - 1
-    aligned = bc % k == 0 or bc >= C
     ntiles = (C + tile - 1) // tile
     for unit in prange(P * R * ntiles):
         p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
+        codes = np.empty(PACK_CHUNK, np.uint8)
+        words16 = codes.view(np.uint16)
+        words32 = codes.view(np.uint32)
         g = c // bc
-        if aligned:
-            while c < end:
-                stop = min((g + 1) * bc, end)
-                z = zp[sp, sr, g] if has_zp else np.float32(0)
-                xs, os = x[p, r, c:stop], out[p, r, c >> kshift:stop >> kshift]
-                _quantize_bytes(xs, os, scale[sp, sr, g], z, scale_op, zp_before, qmin, qmax, nbits)
-                c = stop
-                g += 1
-            continue
-        left = (g + 1) * bc - c
-        xs, os = x[p, r, c:end], out[p, r, c // k:end // k]
-        for j in range(os.size):
-            byte = 0
-            for t in range(k):
-                if left == 0:
-                    g += 1
-                    left = bc
-                z = zp[sp, sr, g] if has_zp else np.float32(0)
-                v = quantize_value(xs[j * k + t], scale[sp, sr, g], z, scale_op, zp_before, qmin, qmax)
-                byte |= code_bits(v, mask) << (t * nbits)
-                left -= 1
-            os[j] = byte
+        while c < end:
+            stop = min(c + PACK_CHUNK, end)
+            if bc == 1:
+                quantize_columns(x[p, r, c:stop], scale[sp, sr, c:stop], zp[sp, sr, c:stop], codes[:stop - c],
+                                 scale_op, zp_before, qmin, qmax, mask)
+            else:
+                b = c
+                while b < stop:
+                    b_end = min((g + 1) * bc, stop)
+                    z = zp[sp, sr, g] if has_zp else np.float32(0)
+                    quantize_block(x[p, r, b:b_end], codes[b - c:b_end - c], scale[sp, sr, g], z, scale_op, zp_before,
+                                   qmin, qmax, mask)
+                    if b_end == (g + 1) * bc:
+                        g += 1
+                    b = b_end
+            pack_codes(words16, words32, out[p, r, c >> kshift:stop >> kshift], nbits)
+            c = stop
 
 
 @njit(**_KERNEL_OPTIONS)

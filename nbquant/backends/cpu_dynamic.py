@@ -89,33 +89,6 @@ def _block_keys(xs, use_minmax):
     return np.int32(0), absmax_bits(xs)
 
 
-@njit(inline="always")
-def _block_codes(xs, os, m, z, scale_op, qlo, qhi, mask):
-    """The codes of one block (``x * m`` or ``x / m``, then ``+ z``) into ``os``, compiled per scale op."""
-    if scale_op == SCALE_MULTIPLY:
-        cpu._quantize_block(xs, os, m, z, SCALE_MULTIPLY, False, qlo, qhi, mask)
-    else:
-        cpu._quantize_block(xs, os, m, z, SCALE_DIVIDE, False, qlo, qhi, mask)
-
-
-@njit(inline="always")
-def _pack_codes(words16, words32, os, nbits):
-    """Pack byte codes into ``os``, the first code in the low bits: 2 (4-bit) or 4 (2-bit) per byte.
-
-    The codes are read as little-endian uint16 (``words16``) or uint32 (``words32``)
-    words, one per output byte, so the loop is contiguous and vectorizes (a strided
-    read of every second float does not).
-    """
-    if nbits == 4:
-        for j in range(os.size):
-            w = words16[j]
-            os[j] = (w & 0x0F) | ((w >> 4) & 0xF0)
-    else:
-        for j in range(os.size):
-            w = words32[j]
-            os[j] = (w & 0x03) | ((w >> 6) & 0x0C) | ((w >> 12) & 0x30) | ((w >> 18) & 0xC0)
-
-
 @njit(**_KERNEL_OPTIONS)
 def dynamic_rows_kernel(x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound, reciprocal, scale_op,
                         mask, nbits, packed, bc, chunk_blocks, units, out, scale, zp):
@@ -173,16 +146,16 @@ def dynamic_rows_kernel(x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_
             if packed:
                 cws = codes[:nw * bc].reshape(nw, bc)
                 for b in range(nw):
-                    _block_codes(xw[b], cws[b], ms[b], zs[b], scale_op, qlo, qhi, mask)
+                    cpu.quantize_block(xw[b], cws[b], ms[b], zs[b], scale_op, False, qlo, qhi, mask)
                 if cw < c1:
-                    _block_codes(xt, codes[cw - c0:c1 - c0], ms[nw], zs[nw], scale_op, qlo, qhi, mask)
-                _pack_codes(words16, words32, out[r, c0 >> kshift:c1 >> kshift], nbits)
+                    cpu.quantize_block(xt, codes[cw - c0:c1 - c0], ms[nw], zs[nw], scale_op, False, qlo, qhi, mask)
+                cpu.pack_codes(words16, words32, out[r, c0 >> kshift:c1 >> kshift], nbits)
             else:
                 ow = out[r, c0:cw].reshape(nw, bc)
                 for b in range(nw):
-                    _block_codes(xw[b], ow[b], ms[b], zs[b], scale_op, qlo, qhi, mask)
+                    cpu.quantize_block(xw[b], ow[b], ms[b], zs[b], scale_op, False, qlo, qhi, mask)
                 if cw < c1:
-                    _block_codes(xt, out[r, cw:c1], ms[nw], zs[nw], scale_op, qlo, qhi, mask)
+                    cpu.quantize_block(xt, out[r, cw:c1], ms[nw], zs[nw], scale_op, False, qlo, qhi, mask)
 
 
 @njit(**_KERNEL_OPTIONS)
