@@ -89,6 +89,21 @@ def _block_keys(xs, use_minmax):
     return np.int32(0), absmax_bits(xs)
 
 
+@njit(inline="always")
+def _chunk_qparams(mapping, lo, hi, use_minmax, qmin, qmax, half_range, eps, zp_sym, maxbound, reciprocal, ss, zz, ms,
+                   zs):
+    """Scales ``ss`` and zero points ``zz`` of a chunk's blocks from their keys ``lo``/``hi``.
+
+    ``ms``/``zs`` get the float32 factor (``fl(1 / s)`` when ``reciprocal``) and zero point the codes use.
+    """
+    for b in range(ss.size):
+        s, z = block_qparams(lo[b], hi[b], use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound)
+        ss[b] = s
+        zz[b] = np.int32(z)
+        ms[b] = np.float32(1.0) / s if reciprocal else s
+        zs[b] = z
+
+
 @njit(**_KERNEL_OPTIONS)
 def dynamic_rows_kernel(x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound, reciprocal, scale_op,
                         mask, nbits, packed, bc, chunk_blocks, units, out, scale, zp):
@@ -137,12 +152,18 @@ def dynamic_rows_kernel(x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_
                 lo[nw], hi[nw] = _block_keys(xt, use_minmax)
             ss = scale[r, b0:b1]
             zz = zp[r, b0:b1]
-            for b in range(b1 - b0):
-                s, z = block_qparams(lo[b], hi[b], use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound)
-                ss[b] = s
-                zz[b] = np.int32(z)
-                ms[b] = np.float32(1.0) / s if reciprocal else s
-                zs[b] = z
+            if mapping == 0:  # one loop per mapping: no branches left inside, so it vectorizes
+                _chunk_qparams(0, lo, hi, use_minmax, qmin, qmax, half_range, eps, zp_sym, maxbound, reciprocal, ss,
+                               zz, ms, zs)
+            elif mapping == 1:
+                _chunk_qparams(1, lo, hi, use_minmax, qmin, qmax, half_range, eps, zp_sym, maxbound, reciprocal, ss,
+                               zz, ms, zs)
+            elif mapping == 2:
+                _chunk_qparams(2, lo, hi, use_minmax, qmin, qmax, half_range, eps, zp_sym, maxbound, reciprocal, ss,
+                               zz, ms, zs)
+            else:
+                _chunk_qparams(MAPPING_MODELOPT, lo, hi, use_minmax, qmin, qmax, half_range, eps, zp_sym, maxbound,
+                               reciprocal, ss, zz, ms, zs)
             if packed:
                 cws = codes[:nw * bc].reshape(nw, bc)
                 for b in range(nw):
