@@ -17,11 +17,11 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from .backends import resolve_backend
+from .backends import device_copy, device_float_input, device_result, is_device_array, resolve_backend
 from .formats import QuantFormat, get_format
 from .layout import BlockLayout, resolve_layout
 from .spec import SCALE_DIVIDE, SCALE_MULTIPLY, QuantizeSpec
-from .validation import check_choice, check_float_input, check_quant_range
+from .validation import check_choice, check_quant_range
 
 __all__ = ["choose_qparams", "quantize_dynamic", "Mapping", "DynamicSpec"]
 
@@ -169,7 +169,9 @@ def choose_qparams(
     Parameters
     ----------
     x : array_like
-        float32, float16, bfloat16 or float64 input (computed in float32).
+        float32, float16, bfloat16 or float64 input (computed in float32). A CUDA
+        device array (numba, ``__cuda_array_interface__``, DLPack) is processed on its
+        device by the ``"cuda"`` backend and the results are numba device arrays.
     dtype : str or dtype
         Integer format: ``"int8"``, ``"uint8"``, ``"int16"``, ``"uint16"``, ``"int4"``,
         ``"uint4"``, ``"int2"``, ``"uint2"``.
@@ -196,6 +198,7 @@ def choose_qparams(
         :func:`nbquant.quantize`: ``"reciprocal"`` (torchao's ``x * fl(1 / s)``, the
         default), ``"divide"``; ``"multiply"`` (the only choice for ``"modelopt"``).
     backend : str, optional
+        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
 
     Returns
     -------
@@ -223,19 +226,28 @@ def choose_qparams(
     >>> float(s), int(zp)
     (0.019607843831181526, 51)
     """
-    x = check_float_input(x)
+    device = is_device_array(x)
+    x = device_float_input(x)
     spec = make_spec(x.shape, dtype, axis, block_size, mapping, quant_min, quant_max, eps, scale_op, narrow_range,
                      False)
     shape = _param_shape(spec.layout, block_size)
-    scale = np.empty(spec.layout.grid, np.float32)
-    zp = np.empty(spec.layout.grid, np.int32)
     if x.size == 0:
-        scale[...] = np.float32(spec.eps) if spec.mapping != 3 else np.float32(1)
-        zp[...] = spec.qmin if spec.mapping == 1 else (0 if spec.mapping == 3 else spec.zp_sym)
+        scale = np.full(spec.layout.grid, np.float32(spec.eps) if spec.mapping != 3 else np.float32(1))
+        zp = np.full(spec.layout.grid, spec.qmin if spec.mapping == 1 else (0 if spec.mapping == 3 else spec.zp_sym),
+                     np.int32)
+        scale, zp = (device_copy(scale), device_copy(zp)) if device else (scale, zp)
     else:
         _, mod = _backend_op(backend, x, "choose_qparams")
+        scale, zp = _qparams_arrays(spec.layout.grid, device)
         mod.choose_qparams(x, spec, scale, zp)
     return scale.reshape(shape), zp.reshape(shape)
+
+
+def _qparams_arrays(grid: tuple[int, ...], device: bool):
+    """Empty float32 scale and int32 zero-point grids, on the device for device inputs."""
+    if device:
+        return device_result(None, grid, np.float32), device_result(None, grid, np.int32)
+    return np.empty(grid, np.float32), np.empty(grid, np.int32)
 
 
 def quantize_dynamic(
@@ -286,25 +298,30 @@ def quantize_dynamic(
     (array([[130, 100],
            [ 33, 125]], dtype=uint8), array([0.05333333, 1.        ], dtype=float32))
     """
-    x = check_float_input(x)
+    device = is_device_array(x)
+    x = device_float_input(x)
     spec = make_spec(x.shape, dtype, axis, block_size, mapping, quant_min, quant_max, eps, scale_op, narrow_range,
                      packed)
     fmt = spec.format
     shape = x.shape[:-1] + (x.shape[-1] // fmt.codes_per_byte,) if spec.packed else x.shape
-    codes = np.empty(shape, np.uint8 if spec.packed else fmt.dtype)
-    scale = np.empty(spec.layout.grid, np.float32)
-    zp = np.empty(spec.layout.grid, np.int32)
+    code_dtype = np.uint8 if spec.packed else fmt.dtype
     if x.size == 0:
         s, z = choose_qparams(x, dtype, axis=axis, block_size=block_size, mapping=mapping, quant_min=quant_min,
-                              quant_max=quant_max, eps=eps, narrow_range=narrow_range, scale_op=scale_op)
-        return codes, s, z
+                              quant_max=quant_max, eps=eps, narrow_range=narrow_range, scale_op=scale_op,
+                              backend=backend)
+        return device_result(None, shape, code_dtype) if device else np.empty(shape, code_dtype), s, z
     impl, mod = _backend_op(backend, x, "quantize_dynamic")
+    codes = device_result(None, shape, code_dtype) if device else np.empty(shape, code_dtype)
+    scale, zp = _qparams_arrays(spec.layout.grid, device)
     store = codes.view(np.uint8 if spec.packed else fmt.storage)
     if not mod.quantize_dynamic(x, spec, store, scale, zp):
         from .backends.reference_dynamic import quantize_with_qparams
 
-        mod.choose_qparams(x, spec, scale, zp)
+        # Two passes: the block-grid qparams (on the host, small), then the backend's static quantize kernel.
+        s_host, z_host = _qparams_arrays(spec.layout.grid, False)
+        mod.choose_qparams(x, spec, s_host, z_host)
         with np.errstate(divide="ignore"):
-            quantize_with_qparams(impl.quantize, x, spec, store, scale, zp)
+            quantize_with_qparams(impl.quantize, x, spec, store, s_host, z_host)
+        scale, zp = (device_copy(s_host), device_copy(z_host)) if device else (s_host, z_host)
     pshape = _param_shape(spec.layout, block_size)
     return codes, scale.reshape(pshape), zp.reshape(pshape)

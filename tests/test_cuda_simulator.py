@@ -152,6 +152,37 @@ def test_device_arrays_need_cuda_and_checked_out(cuda):
         nbquant.quantize(cuda.to_device(np.ones(3, np.int32)), 1.0, "int8")
 
 
+@pytest.mark.parametrize(("kwargs", "packed"), [
+    ({"block_size": (1, 10), "mapping": "asymmetric"}, True),  # fused one-pass kernel
+    ({"axis": 1, "block_size": 5, "mapping": "symmetric"}, False),  # fused, partial last block
+    ({"mapping": "symmetric"}, False),  # per-tensor: reduction, then the static kernel
+    ({"block_size": (3, 4), "mapping": "modelopt"}, True),  # 2-D blocks: two passes
+])
+def test_dynamic_device_arrays_stay_on_the_device(cuda, kwargs, packed):
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((6, 20)) * 3).astype(np.float32)
+    x[2, 3] = np.nan
+    dtype = "int4" if kwargs["mapping"] != "asymmetric" else "uint4"
+    got = nbquant.quantize_dynamic(cuda.to_device(x), dtype, packed=packed, **kwargs)
+    ref = nbquant.quantize_dynamic(x, dtype, packed=packed, backend="reference", **kwargs)
+    assert all(is_device_array(a) for a in got)
+    for a, b in zip(got, ref, strict=True):
+        np.testing.assert_array_equal(a.copy_to_host().view(np.uint8 if b.dtype.itemsize == 1 else b.dtype),
+                                      b.view(np.uint8 if b.dtype.itemsize == 1 else b.dtype))
+    s, z = nbquant.choose_qparams(cuda.to_device(x), dtype, **kwargs)
+    assert is_device_array(s) and is_device_array(z)
+    np.testing.assert_array_equal(s.copy_to_host(), ref[1])
+    np.testing.assert_array_equal(z.copy_to_host(), ref[2])
+    with pytest.raises(BackendUnavailableError, match="host"):
+        nbquant.quantize_dynamic(cuda.to_device(x), dtype, backend="cpu", **kwargs)
+
+
+def test_dynamic_empty_device_input(cuda):
+    q, s, z = nbquant.quantize_dynamic(cuda.to_device(np.zeros((0, 4), np.float32)), "int8", axis=1)
+    assert is_device_array(q) and q.shape == (0, 4)
+    assert is_device_array(s) and s.shape == (4,)
+
+
 def test_stream_is_used(cuda):
     stream = cuda.stream()
     x = np.linspace(-3, 3, 50, dtype=np.float32)

@@ -233,6 +233,12 @@ def device_result(out, shape: tuple[int, ...], dtype, inputs=()):
     return cuda.device_empty(shape, dtype) if out is None else cuda.check_device_out(out, shape, dtype, inputs)
 
 
+def device_copy(a: np.ndarray):
+    """A new device array holding a copy of the host array ``a`` (on the current stream)."""
+    cuda = _cuda_module()
+    return cuda._to_device(np.ascontiguousarray(a), cuda.current_stream())
+
+
 def resolve_backend(name: str | None, arrays=()) -> ModuleType:
     """Return the backend module for a call, resolving ``auto``.
 
