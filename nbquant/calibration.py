@@ -28,9 +28,9 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from .backends import device_float_input, host_array, is_device_array
 from .layout import resolve_layout
 from .modelopt_ops import _backend_module, reduce_amax
-from .validation import check_float_input
 
 __all__ = ["MaxCalibrator", "HistogramCalibrator"]
 
@@ -64,8 +64,8 @@ class MaxCalibrator:
 
     def collect(self, x: npt.ArrayLike) -> None:
         """Fold one batch into the running maximum."""
-        x = check_float_input(x)
-        amax = _finite_amax(reduce_amax(x, axis=self.axis, backend=self.backend))
+        x = device_float_input(x)
+        amax = _finite_amax(host_array(reduce_amax(x, axis=self.axis, backend=self.backend)))
         amax = amax.reshape(()) if self.axis is None else amax.reshape(-1)
         if self._amax is not None and self._amax.shape != amax.shape:
             raise ValueError(f"x gives amax of shape {amax.shape}, but earlier batches gave {self._amax.shape}; "
@@ -125,16 +125,25 @@ class HistogramCalibrator:
         else:
             counts = _backend_module(self.backend, x, "abs_histogram").abs_histogram(x, nbins, top)
         if self.skip_zeros:
-            counts[0] -= int(np.count_nonzero(x == 0))
+            counts[0] -= self._zeros(x)
         return counts
+
+    def _zeros(self, x) -> int:
+        """How many elements of ``x`` are ±0 (on the device for a device ``x``)."""
+        if not is_device_array(x):
+            return int(np.count_nonzero(x == 0))
+        # Two bins over [0, smallest subnormal]: |x| = 0 lands in bin 0, the smallest subnormal in bin 1,
+        # everything larger (and NaN) is skipped.
+        tiny = np.float32(np.finfo(np.float32).smallest_subnormal)
+        return int(_backend_module(self.backend, x, "abs_histogram").abs_histogram(x, 2, tiny)[0])
 
     def collect(self, x: npt.ArrayLike) -> None:
         """Add one batch: ``bin = int(|x| * nbins / top)`` (float32), the right edge in the last bin."""
-        x = check_float_input(x)
+        x = device_float_input(x)
         if x.size == 0:
             return
-        x_max = np.float32(_finite_amax(reduce_amax(x, layout=resolve_layout(x.shape), backend=self.backend))
-                           .reshape(()))
+        x_max = np.float32(_finite_amax(host_array(reduce_amax(x, layout=resolve_layout(tuple(x.shape)),
+                                                               backend=self.backend))).reshape(()))
         if self.histogram is None:
             self.bin_edges = np.linspace(0, x_max, self.num_bins + 1, dtype=np.float32)
             self.histogram = self._counts(x, self.num_bins, x_max)

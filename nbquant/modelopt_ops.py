@@ -24,10 +24,18 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .backends import BackendUnavailableError, resolve_backend
+from .backends import (
+    BackendUnavailableError,
+    device_copy,
+    device_float_input,
+    device_result,
+    host_array,
+    is_device_array,
+    resolve_backend,
+)
 from .formats import QuantFormat, get_format
 from .layout import BlockLayout, param_grid, resolve_layout
-from .validation import FLOAT_INPUT_DTYPES, check_float_input
+from .validation import FLOAT_INPUT_DTYPES
 
 __all__ = [
     "reduce_amax",
@@ -68,8 +76,32 @@ def _backend_module(backend, x, op: str):
     return mod
 
 
-def _out_dtype(x: np.ndarray) -> np.dtype:
-    return np.dtype(np.float32) if x.dtype == np.float64 else x.dtype
+def _out_dtype(x) -> np.dtype:
+    return np.dtype(np.float32) if x.dtype == np.float64 else np.dtype(x.dtype)
+
+
+def _empty_like_input(x, dtype):
+    """A new result of ``x``'s shape: on the device for a device ``x``."""
+    return device_result(None, tuple(x.shape), dtype) if is_device_array(x) else np.empty(x.shape, dtype)
+
+
+def _like_input(x, a: np.ndarray):
+    """The host result ``a``, copied to the device for a device ``x``."""
+    return device_copy(a) if is_device_array(x) else a
+
+
+def _negative_min(x, backend) -> bool:
+    """modelopt's unsigned check ``x.min() < 0``: False when ``x`` holds a NaN (the min propagates it)."""
+    if not is_device_array(x):
+        return bool(x.min() < 0)
+    from .dynamic import DynamicSpec
+
+    spec = DynamicSpec(get_format("int8"), resolve_layout(tuple(x.shape)), 1, -128, 127, 127.5, 1.0, 0, 127.0, 0,
+                       False, False)
+    keys = np.concatenate(_backend_module(backend, x, "fake_quant_amax")._reduce_grid(x, spec)).astype(np.int64)
+    bits = np.where(keys >= 0, keys, (-keys - 1) | 0x80000000).astype(np.uint32)  # order keys -> float32 bits
+    lo, hi = bits.view(np.float32)
+    return not (np.isnan(lo) or np.isnan(hi)) and bool(lo < 0)
 
 
 def _int_spec(num_bits, unsigned, narrow_range, layout) -> AmaxSpec:
@@ -136,7 +168,7 @@ def _layout(x: np.ndarray, amax, axis, block_size) -> BlockLayout:
     """The block layout from ``axis``/``block_size``, or from a broadcastable ``amax`` shape."""
     if axis is not None or block_size is not None or amax is None:
         return resolve_layout(x.shape, axis, block_size)
-    a = np.asarray(amax)
+    a = host_array(amax)
     if a.size == 1:
         return resolve_layout(x.shape)
     if a.ndim == x.ndim and all(m in (1, n) for m, n in zip(a.shape, x.shape, strict=True)):
@@ -148,8 +180,8 @@ def _layout(x: np.ndarray, amax, axis, block_size) -> BlockLayout:
 
 def _amax_grid(x, amax, layout, backend) -> np.ndarray:
     if amax is None:
-        return reduce_amax(x, layout=layout, backend=backend).reshape(layout.grid)
-    a = np.asarray(amax)
+        return _reduce_amax(x, layout, backend)
+    a = host_array(amax)
     if a.dtype.kind not in "biuf" and a.dtype not in FLOAT_INPUT_DTYPES:
         raise TypeError(f"amax has dtype {a.dtype}; use a float array or scalar")
     a = a.astype(np.float32)
@@ -176,8 +208,13 @@ def reduce_amax(x: npt.ArrayLike, *, axis: int | None = None, block_size=None, l
     array([[3.],
            [2.]], dtype=float32)
     """
-    x = check_float_input(x)
-    layout = layout or resolve_layout(x.shape, axis, block_size)
+    x = device_float_input(x)
+    layout = layout or resolve_layout(tuple(x.shape), axis, block_size)
+    return _like_input(x, _reduce_amax(x, layout, backend))
+
+
+def _reduce_amax(x, layout: BlockLayout, backend) -> np.ndarray:
+    """The float32 amax grid of ``x`` (host or device) on the host."""
     if x.size == 0:
         return np.zeros(layout.grid, np.float32)
     mod = _backend_module(backend, x, "fake_quant_amax")
@@ -192,7 +229,7 @@ def reduce_amax(x: npt.ArrayLike, *, axis: int | None = None, block_size=None, l
 
 
 def _fake(x, amax, num_bits, unsigned, narrow_range, axis, block_size, backend, codes: bool):
-    x = check_float_input(x)
+    x = device_float_input(x)
     layout = _layout(x, amax, axis, block_size)
     if isinstance(num_bits, (tuple, list)):
         if codes:
@@ -200,12 +237,12 @@ def _fake(x, amax, num_bits, unsigned, narrow_range, axis, block_size, backend, 
         spec = _float_spec(num_bits, layout)
     else:
         spec = _int_spec(num_bits, unsigned, narrow_range, layout)
-    if not spec.is_float and unsigned and x.size and bool((np.asarray(x, np.float32) < 0).any()):
+    if not spec.is_float and unsigned and x.size and _negative_min(x, backend):
         raise TypeError("unsigned=True but x holds negative values (modelopt: 'Negative values encountered in "
                         "unsigned quantization')")
     grid = _amax_grid(x, amax, layout, backend)
-    out = np.empty(x.shape, _out_dtype(x))
-    code_arr = np.empty(x.shape, np.float32) if codes else None
+    out = _empty_like_input(x, _out_dtype(x))
+    code_arr = _empty_like_input(x, np.float32) if codes else None
     if x.size:
         _backend_module(backend, x, "fake_quant_amax").fake_quant_amax(x, grid, spec, out, code_arr)
     return out, code_arr, grid, spec
@@ -289,7 +326,7 @@ def tensor_quant(
     with np.errstate(divide="ignore", invalid="ignore"):
         s = np.float32(spec.maxbound) / grid
     s = np.where(grid <= np.float32(2.0 ** -24), np.float32(1), s).astype(np.float32)
-    return codes, s.reshape(()) if spec.layout.num_blocks == 1 else s
+    return codes, _like_input(codes, s.reshape(()) if spec.layout.num_blocks == 1 else s)
 
 
 def scaled_e4m3(x: npt.ArrayLike, amax: npt.ArrayLike | None = None, E: int = 4, M: int = 3, *,
@@ -324,12 +361,12 @@ def dynamic_block_quant(x: npt.ArrayLike, block_sizes: dict, num_bits: int | tup
     array([[ 0.11428571, -0.2       ,  4.        ,  1.1428572 ]],
           dtype=float32)
     """
-    x = check_float_input(x)
+    x = device_float_input(x)
     if "scale_bits" in block_sizes:
         raise ValueError("block_sizes with scale_bits is not supported by dynamic_block_quant; use "
                          "nbquant.quantize_nf4 (num_bits=4 with double quantization of the scales), "
                          "nbquant.quantize_nvfp4 or nbquant.quantize_mx")
-    layout = block_sizes_to_layout(x.shape, block_sizes)
+    layout = block_sizes_to_layout(tuple(x.shape), block_sizes)
     axis = layout.axis if layout.kind == "blocked" else None
     bs = layout.block[layout.axis] if layout.kind == "blocked" else layout.block
     return fake_tensor_quant(x, None, num_bits, unsigned, narrow_range, axis=axis, block_size=bs, backend=backend)
@@ -371,19 +408,21 @@ def fake_affine_tensor_quant(x: npt.ArrayLike, min_range: float, max_range: floa
     >>> nbquant.fake_affine_tensor_quant(np.array([-1.0, 0.1, 0.5, 3.0], np.float32), -1.0, 2.0, num_bits=2)
     array([-1.,  0.,  0.,  2.], dtype=float32)
     """
-    x = check_float_input(x)
+    x = device_float_input(x)
     _, _, step, qz, minb, maxb = _affine_params(min_range, max_range, num_bits)
-    out = np.empty(x.shape, _out_dtype(x))
+    out = _empty_like_input(x, _out_dtype(x))
     if x.size:
         _backend_module(backend, x, "fake_affine").fake_affine(x, step, qz, minb, maxb, out)
     return out
 
 
 def _grad_pair(grad_output, x):
-    g = check_float_input(grad_output, "grad_output")
-    x = check_float_input(x)
-    if g.shape != x.shape:
-        raise ValueError(f"grad_output has shape {g.shape} but x has shape {x.shape}; they must match")
+    g = device_float_input(grad_output, "grad_output")
+    x = device_float_input(x)
+    if tuple(g.shape) != tuple(x.shape):
+        raise ValueError(f"grad_output has shape {tuple(g.shape)} but x has shape {tuple(x.shape)}; they must match")
+    if is_device_array(g) != is_device_array(x):
+        raise TypeError("grad_output and x must both be CUDA device arrays or both host arrays")
     return g, x
 
 
@@ -402,7 +441,7 @@ def fake_tensor_quant_backward(grad_output: npt.ArrayLike, x: npt.ArrayLike, ama
     g, x = _grad_pair(grad_output, x)
     layout = _layout(x, amax, axis, block_size)
     grid = _amax_grid(x, amax, layout, backend)
-    out = np.empty(x.shape, _out_dtype(g))
+    out = _empty_like_input(x, _out_dtype(g))
     if x.size:
         _backend_module(backend, x, "ste_backward").ste_backward(g, x, -grid, grid, layout, out)
     return out
@@ -421,8 +460,8 @@ def fake_affine_tensor_quant_backward(grad_output: npt.ArrayLike, x: npt.ArrayLi
     """
     g, x = _grad_pair(grad_output, x)
     lo, hi = _scalar("min_range", min_range), _scalar("max_range", max_range)
-    layout = resolve_layout(x.shape)
-    out = np.empty(x.shape, _out_dtype(g))
+    layout = resolve_layout(tuple(x.shape))
+    out = _empty_like_input(x, _out_dtype(g))
     if x.size:
         _backend_module(backend, x, "ste_backward").ste_backward(
             g, x, np.full(layout.grid, lo, np.float32), np.full(layout.grid, hi, np.float32), layout, out)

@@ -111,6 +111,18 @@ def test_reduce_amax(backend):
     assert_same_bits(got[3:, 0], ref)
 
 
+def test_unsigned_check_is_modelopts_min(backend):
+    """unsigned raises when ``x.min() < 0``; a NaN makes the min NaN, so modelopt (and nbquant) do not raise."""
+    x = np.array([0.5, -0.25, np.nan, 2.0], np.float32)
+    got = nbquant.fake_tensor_quant(x, 1.0, num_bits=8, unsigned=True, backend=backend)
+    ref = nbquant.fake_tensor_quant(x, 1.0, num_bits=8, unsigned=True, backend="reference")
+    assert_same_bits(got, ref)
+    assert got[1] == 0 and np.isnan(got[2])  # clamped at 0, NaN propagates
+    with pytest.raises(TypeError, match="negative"):
+        nbquant.fake_tensor_quant(np.array([-0.0, -1e-30], np.float32), 1.0, unsigned=True, backend=backend)
+    nbquant.fake_tensor_quant(np.array([-0.0, 0.5], np.float32), 1.0, unsigned=True, backend=backend)  # -0.0 is not < 0
+
+
 @pytest.mark.parametrize(("call", "exc", "match"), [
     (lambda x: nbquant.fake_tensor_quant(x, -1.0), ValueError, "amax must be >= 0"),
     (lambda x: nbquant.fake_tensor_quant(x, 1.0, num_bits=1), ValueError, "num_bits=1"),

@@ -239,6 +239,17 @@ def device_copy(a: np.ndarray):
     return cuda._to_device(np.ascontiguousarray(a), cuda.current_stream())
 
 
+def host_array(a) -> np.ndarray:
+    """``a`` as a NumPy array: a copy of a device array, ``numpy.asarray`` of anything else."""
+    if not is_device_array(a):
+        return np.asarray(a)
+    cuda = _cuda_module()
+    stream = cuda.current_stream()
+    h = cuda.as_device_array(a).copy_to_host(stream=stream)
+    stream.synchronize()
+    return h
+
+
 def resolve_backend(name: str | None, arrays=()) -> ModuleType:
     """Return the backend module for a call, resolving ``auto``.
 
