@@ -29,9 +29,18 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
-from .backends import BackendUnavailableError, resolve_backend
+from .backends import (
+    BackendUnavailableError,
+    device_code_input,
+    device_copy,
+    device_float_input,
+    device_result,
+    host_array,
+    is_device_array,
+    resolve_backend,
+)
 from .formats import QuantFormat, get_format
-from .validation import check_choice, check_float_input, check_out_dtype
+from .validation import check_choice, check_out_dtype
 
 __all__ = ["MX_FORMATS", "BlockQuantized", "NF4Quantized", "quantize_mx", "dequantize_mx", "quantize_nvfp4",
            "dequantize_nvfp4", "quantize_nf4"]
@@ -145,13 +154,23 @@ def _check_blocking(shape: tuple[int, ...], axis, block_size, packed: bool) -> t
     return k, b
 
 
-def _to_rows(a: np.ndarray, axis: int) -> np.ndarray:
-    """``a`` with ``axis`` last, C-contiguous, as (rows, n)."""
+def _to_rows(a, axis: int):
+    """``a`` with ``axis`` last, C-contiguous, as (rows, n); a device array must be blocked along its last axis."""
+    if is_device_array(a):
+        shape = tuple(a.shape)  # the CUDA simulator's shapes refuse negative indices
+        if axis != len(shape) - 1:
+            raise ValueError(f"CUDA device arrays are blocked along their last axis only (axis={axis} of a "
+                             f"{len(shape)}-d array); nbquant does not transpose on the device, so move the axis "
+                             "last first (e.g. tensor.movedim(axis, -1).contiguous())")
+        n = shape[-1]
+        return a.reshape((int(a.size) // n if n else 0, n))
     moved = np.ascontiguousarray(np.moveaxis(a, axis, -1))
     return moved.reshape(-1, moved.shape[-1]) if moved.size else moved.reshape(0, moved.shape[-1])
 
 
-def _from_rows(rows: np.ndarray, moved_shape: tuple[int, ...], axis: int) -> np.ndarray:
+def _from_rows(rows, moved_shape: tuple[int, ...], axis: int):
+    if is_device_array(rows):  # blocked along the last axis: nothing moved
+        return rows.reshape(moved_shape)
     return np.ascontiguousarray(np.moveaxis(rows.reshape(moved_shape), -1, axis))
 
 
@@ -159,26 +178,31 @@ def _moved_shape(shape: tuple[int, ...], axis: int, last: int) -> tuple[int, ...
     return tuple(n for d, n in enumerate(shape) if d != axis) + (last,)
 
 
-def _run_block_quantize(kernel, x: np.ndarray, spec: BlockSpec, axis: int) -> tuple[np.ndarray, np.ndarray]:
+def _empty(shape: tuple[int, ...], dtype, device: bool):
+    return device_result(None, shape, dtype) if device else np.empty(shape, dtype)
+
+
+def _run_block_quantize(kernel, x, spec: BlockSpec, axis: int):
     """Run a fused block-quantize ``kernel`` with blocks along ``axis``; return (codes, scale codes) as uint8."""
-    n, b = x.shape[axis], spec.block_size
+    shape = tuple(x.shape)
+    n, b = shape[axis], spec.block_size
     rows = _to_rows(x, axis)
-    codes = np.empty((rows.shape[0], n // 2 if spec.packed else n), np.uint8)
-    scales = np.empty((rows.shape[0], n // b), np.uint8)
+    device = is_device_array(x)
+    codes = _empty((rows.shape[0], n // 2 if spec.packed else n), np.uint8, device)
+    scales = _empty((rows.shape[0], n // b), np.uint8, device)
     if rows.size:
         kernel(rows, spec, codes, scales)
-    return (_from_rows(codes, _moved_shape(x.shape, axis, codes.shape[1]), axis),
-            _from_rows(scales, _moved_shape(x.shape, axis, n // b), axis))
+    return (_from_rows(codes, _moved_shape(shape, axis, codes.shape[1]), axis),
+            _from_rows(scales, _moved_shape(shape, axis, n // b), axis))
 
 
-def _run_block_dequantize(kernel, data: np.ndarray, scales: np.ndarray, spec: BlockSpec, axis: int,
-                          n: int) -> np.ndarray:
+def _run_block_dequantize(kernel, data, scales, spec: BlockSpec, axis: int, n: int):
     """Run a block-dequantize ``kernel`` with blocks along ``axis`` (unpacked length ``n``)."""
     codes = _to_rows(data.view(np.uint8), axis)
-    out = np.empty((codes.shape[0], n), spec.out_dtype)
+    out = _empty((codes.shape[0], n), spec.out_dtype, is_device_array(data))
     if out.size:
         kernel(codes, _to_rows(scales.view(np.uint8), axis), spec, out)
-    return _from_rows(out, _moved_shape(data.shape, axis, n), axis)
+    return _from_rows(out, _moved_shape(tuple(data.shape), axis, n), axis)
 
 
 def _mx_spec(format: str, block_size: int, packed, round_up: bool = False, out_dtype=np.float32) -> BlockSpec:
@@ -208,7 +232,8 @@ def quantize_mx(
     Parameters
     ----------
     x : array_like
-        float32, float16, bfloat16 or float64 input.
+        float32, float16, bfloat16 or float64 input. A CUDA device array stays on its
+        device (blocks along its last axis); the result then holds device arrays.
     format : str
         ``"mxfp8_e4m3"``, ``"mxfp8_e5m2"``, ``"mxfp6_e2m3"``, ``"mxfp6_e3m2"``,
         ``"mxfp4"`` or ``"mxint8"``.
@@ -236,13 +261,13 @@ def quantize_mx(
     >>> bq.scales.astype(np.float32), bq.data
     (array([1.], dtype=float32), array([210, 113], dtype=uint8))
     """
-    x = check_float_input(x)
+    x = device_float_input(x)
     rounding = check_choice("scale_rounding", scale_rounding, ("floor", "ceil"))
     name = check_choice("format", format, tuple(MX_FORMATS))
     if packed is None:
         packed = name == "mxfp4"
     spec = _mx_spec(name, block_size, packed, rounding == "ceil")
-    k, b = _check_blocking(x.shape, axis, block_size, spec.packed)
+    k, b = _check_blocking(tuple(x.shape), axis, block_size, spec.packed)
     impl = _block_impl(backend, (x,), "mx_quantize")
     data, scales = _run_block_quantize(impl.mx_quantize, x, spec, k)
     if not spec.packed:
@@ -252,14 +277,15 @@ def quantize_mx(
 
 def _check_codes(data, scales, spec: BlockSpec, axis, block_size, scale_dtype) -> tuple[np.ndarray, np.ndarray,
                                                                                          int, int, int]:
-    data = np.asarray(data)
-    scales = np.asarray(scales)
+    if is_device_array(data) != is_device_array(scales):
+        raise TypeError("data and scales must both be CUDA device arrays or both host arrays")
+    data, scales = device_code_input(data, "data"), device_code_input(scales, "scales")
     expected = np.dtype(np.uint8) if spec.packed else spec.element.dtype
     if data.dtype != expected:
         raise TypeError(f"data has dtype {data.dtype}; {spec.element.name} codes need {expected}")
     if scales.dtype != np.dtype(scale_dtype) and scales.dtype != np.uint8:
         raise TypeError(f"scales has dtype {scales.dtype}; expected {np.dtype(scale_dtype)} (or its uint8 bits)")
-    k, b = _check_blocking(data.shape, axis, 1, False)
+    k, b = _check_blocking(tuple(data.shape), axis, 1, False)
     n = data.shape[k] * (2 if spec.packed else 1)
     try:
         b = operator.index(block_size)
@@ -268,9 +294,9 @@ def _check_codes(data, scales, spec: BlockSpec, axis, block_size, scale_dtype) -
     if b < 1 or n % b:
         raise ValueError(f"block_size={b} does not divide the unpacked length {n} of axis {k}")
     want = data.shape[:k] + (n // b,) + data.shape[k + 1:]
-    if scales.shape != want:
-        raise ValueError(f"scales has shape {scales.shape}; data of shape {data.shape} with block_size={b} "
-                         f"along axis {k} needs scales of shape {want}")
+    if tuple(scales.shape) != want:
+        raise ValueError(f"scales has shape {tuple(scales.shape)}; data of shape {tuple(data.shape)} with "
+                         f"block_size={b} along axis {k} needs scales of shape {want}")
     return data, scales, k, b, n
 
 
@@ -334,7 +360,8 @@ def quantize_nvfp4(
     Parameters
     ----------
     x : array_like
-        float32, float16, bfloat16 or float64 input.
+        float32, float16, bfloat16 or float64 input. A CUDA device array stays on its
+        device (blocks along its last axis); the result then holds device arrays.
     global_scale : float, optional
         The per-tensor scale; default ``amax(x) / (6 * 448)`` (1.0 for an all-zero
         input), computed by a reduction pass before the fused pass.
@@ -353,8 +380,8 @@ def quantize_nvfp4(
     >>> bq.global_scale, bq.scales.astype(np.float32), bq.data
     (np.float32(0.002232143), array([448.], dtype=float32), array([161,  116], dtype=uint8))
     """
-    x = check_float_input(x)
-    k, b = _check_blocking(x.shape, axis, block_size, True)
+    x = device_float_input(x)
+    k, b = _check_blocking(tuple(x.shape), axis, block_size, True)
     impl = _block_impl(backend, (x,), "nvfp4_quantize")
     g = _global_scale(impl, x, global_scale)
     spec = BlockSpec(get_format("float4_e2m1fn"), b, True, global_scale=g)
@@ -427,8 +454,8 @@ class NF4Quantized:
         """The float32 per-block scales (dequantized: ``q / double_scale + mean`` when double-quantized)."""
         if self.double_scales is None:
             return self.scales
-        groups = self.scales.reshape(self.double_scales.size, -1).astype(np.float32)
-        return (groups / self.double_scales[:, None] + self.scale_mean).reshape(-1)
+        groups = host_array(self.scales).reshape(host_array(self.double_scales).size, -1).astype(np.float32)
+        return (groups / host_array(self.double_scales)[:, None] + self.scale_mean).reshape(-1)
 
     def dequantize(self, out_dtype: npt.DTypeLike = np.float32, backend: str | None = None) -> np.ndarray:
         """``table[code] * scale`` per block, in the input's shape.
@@ -443,9 +470,10 @@ class NF4Quantized:
         spec = BlockSpec(get_format("uint4"), self.block_size, True, out_dtype=check_out_dtype(out_dtype))
         impl = _block_impl(backend, (self.data,), "nf4_dequantize")
         n = int(np.prod(self.shape, dtype=np.int64))
-        out = np.empty((1, n), spec.out_dtype)
+        out = _empty((1, n), spec.out_dtype, is_device_array(self.data))
         if n:
-            impl.nf4_dequantize(self.data.reshape(1, -1), self.block_scales().reshape(1, -1), spec, out)
+            scales = self.block_scales()
+            impl.nf4_dequantize(self.data.reshape((1, n // 2)), scales.reshape((1, int(scales.size))), spec, out)
         return out.reshape(self.shape)
 
 
@@ -488,6 +516,7 @@ def quantize_nf4(
     ----------
     x : array_like
         float32, float16, bfloat16 or float64; ``x.size`` a multiple of ``block_size``.
+        A CUDA device array stays on its device; the result then holds device arrays.
     block_size : int
         Elements per scale (even).
     scale_block_size : int, optional
@@ -508,8 +537,8 @@ def quantize_nf4(
     >>> nq.scales.dtype, nq.double_scales.shape
     (dtype('int8'), (4,))
     """
-    x = check_float_input(x)
-    _, b = _check_blocking((x.size,), 0, block_size, True)
+    x = device_float_input(x)
+    _, b = _check_blocking((int(x.size),), 0, block_size, True)
     if scale_block_size is not None:
         nblocks = x.size // b
         sb = scale_block_size
@@ -520,11 +549,16 @@ def quantize_nf4(
             raise ValueError(f"scale_bits={scale_bits!r} must be an int from 2 to 8")
     impl = _block_impl(backend, (x,), "nf4_quantize")
     spec = BlockSpec(get_format("uint4"), b, True)
-    codes = np.empty((1, x.size // 2), np.uint8)
-    scales = np.empty((1, x.size // b), np.float32)
-    if x.size:
-        impl.nf4_quantize(x.reshape(1, -1), spec, codes, scales)
+    device = is_device_array(x)
+    n = int(x.size)
+    codes = _empty((1, n // 2), np.uint8, device)
+    scales = _empty((1, n // b), np.float32, device)
+    if n:
+        impl.nf4_quantize(x.reshape((1, n)), spec, codes, scales)
     if scale_block_size is None:
-        return NF4Quantized(codes.reshape(-1), scales.reshape(-1), x.shape, b)
-    q, double, mean = _double_quantize(scales.reshape(-1), sb, scale_bits)
-    return NF4Quantized(codes.reshape(-1), q, x.shape, b, double, mean)
+        return NF4Quantized(codes.reshape(n // 2), scales.reshape(n // b), tuple(x.shape), b)
+    # Double quantization works on the scales (1/block_size of the data) on the host.
+    q, double, mean = _double_quantize(host_array(scales).reshape(-1), sb, scale_bits)
+    if device:
+        q, double = device_copy(q), device_copy(double)
+    return NF4Quantized(codes.reshape(n // 2), q, tuple(x.shape), b, double, mean)

@@ -264,7 +264,8 @@ def fake_tensor_quant(
     Parameters
     ----------
     x : array_like
-        float32, float16, bfloat16 or float64 input.
+        float32, float16, bfloat16 or float64 input. A CUDA device array is processed on
+        its device (``"cuda"``) and the result is a numba device array.
     amax : array_like, optional
         Non-negative clipping range(s): one value, one per block of ``axis``/``block_size``,
         or a shape broadcastable against ``x``. None: ``max |x|`` per block.

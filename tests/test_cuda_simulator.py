@@ -249,6 +249,39 @@ def test_calibrators_collect_device_arrays(cuda):
             np.testing.assert_array_equal(on_device.histogram, on_host.histogram)
 
 
+@pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxfp4", "mxint8", "nvfp4"])
+def test_block_formats_keep_device_arrays_on_the_device(cuda, fmt):
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((3, 2, 64)) * 5).astype(np.float32)
+    quantize = (lambda a, **k: nbquant.quantize_nvfp4(a, **k)) if fmt == "nvfp4" else \
+        (lambda a, **k: nbquant.quantize_mx(a, fmt, **k))
+    got, ref = quantize(cuda.to_device(x)), quantize(x, backend="reference")
+    assert is_device_array(got.data) and is_device_array(got.scales)
+    assert got.data.dtype == ref.data.dtype and got.scales.dtype == ref.scales.dtype
+    np.testing.assert_array_equal(got.data.copy_to_host().view(np.uint8), ref.data.view(np.uint8))
+    np.testing.assert_array_equal(got.scales.copy_to_host().view(np.uint8), ref.scales.view(np.uint8))
+    back = got.dequantize(out_dtype=np.float16)
+    assert is_device_array(back)
+    np.testing.assert_array_equal(back.copy_to_host(), ref.dequantize(out_dtype=np.float16, backend="reference"))
+    with pytest.raises(ValueError, match="last axis"):
+        quantize(cuda.to_device(np.ascontiguousarray(x.transpose(0, 2, 1))), axis=1)
+    with pytest.raises(TypeError, match="both"):
+        nbquant.dequantize_mx(got.data, ref.scales, "mxfp8_e4m3")
+
+
+@pytest.mark.parametrize("scale_block_size", [None, 4])
+def test_nf4_keeps_device_arrays_on_the_device(cuda, scale_block_size):
+    x = np.random.default_rng(12).standard_normal((4, 64)).astype(np.float32)
+    got = nbquant.quantize_nf4(cuda.to_device(x), block_size=16, scale_block_size=scale_block_size)
+    ref = nbquant.quantize_nf4(x, block_size=16, scale_block_size=scale_block_size, backend="reference")
+    assert is_device_array(got.data) and is_device_array(got.scales)
+    np.testing.assert_array_equal(got.data.copy_to_host(), ref.data)
+    np.testing.assert_array_equal(got.scales.copy_to_host(), ref.scales)
+    back = got.dequantize()
+    assert is_device_array(back)
+    np.testing.assert_array_equal(back.copy_to_host(), ref.dequantize(backend="reference"))
+
+
 def test_stream_is_used(cuda):
     stream = cuda.stream()
     x = np.linspace(-3, 3, 50, dtype=np.float32)
