@@ -3,26 +3,36 @@
 Run ``python -m nbquant.bench [--sizes 2^24,2^26] [--repeats 15] [--cases int8,int4]``.
 For every case and size, nbquant, the roofline cast and each peer are called in one
 process, interleaved (the order rotates every repeat), and the median of the repeats
-is reported with the effective bandwidth (bytes read + bytes written per call):
+is reported with the effective bandwidth (bytes read + bytes written per call; bytes
+read only for the calibrator cases, which only reduce their input):
 
 * ``%roof`` is ``t_roofline / t``: the share of a numba ``parallel=True`` cast of the
   same shapes and dtypes into a preallocated buffer (float32 -> int8, float32 ->
-  packed uint8, int8 -> float32; ``--device cuda``: a device-to-device copy of the
+  packed uint8, int8 -> float32), or of a numba ``parallel=True`` ``max |x|`` over the
+  input for the calibrator cases (``--device cuda``: a device-to-device copy of the
   same bytes);
 * ``nbq x`` is ``t / t_nbquant``: how many times faster nbquant is than that row.
 
 Peers are imported lazily and skipped silently when absent: NumPy always; torch
-(``torch.quantize_per_*``, ``quantized_decomposed``, ``Tensor.dequantize``),
-torchao (``quantize_affine`` / ``dequantize_affine``) and onnxruntime
-(``QuantizeLinear`` / ``DequantizeLinear``) when installed. nbquant never needs them.
+(``torch.quantize_per_*``, ``quantized_decomposed``, ``Tensor.dequantize``,
+``torch.amax``, ``torch.histc``), torchao (``quantize_affine`` /
+``dequantize_affine``) and onnxruntime (``QuantizeLinear`` / ``DequantizeLinear``)
+when installed. nbquant never needs them.
 
 ``OMP_WAIT_POLICY=PASSIVE`` is set here, before numba or torch load an OpenMP
 runtime: with spinning waiters, two OpenMP pools in one process stall each other.
 
 Dynamic cases (``nbquant.quantize_dynamic``: per-row int8, group-wise uint4 asymmetric
 as torchao's int4 weight-only; ``nbquant.quantize_nf4``) time the whole job (qparams,
-codes and packing) for every contender. New cases are added by appending a
-:class:`Case` to :data:`CASES`.
+codes and packing) for every contender, packed and unpacked.
+
+Calibrator cases (``MaxCalibrator`` per tensor and ``HistogramCalibrator`` with its
+default 2048 bins) time one ``collect`` of one batch, the amax included, and compare
+the amax or the histogram counts with the peers' by value. ``compute_amax`` reads the
+histogram, not the tensor, so it has no place in this per-element table: the asv suite
+times it (``asv_bench/benchmarks/calibration.py``).
+
+New cases are added by appending a :class:`Case` to :data:`CASES`.
 """
 
 from __future__ import annotations
@@ -118,9 +128,17 @@ class Problem:
     codes: np.ndarray | None = None
 
     @property
+    def reduces(self) -> bool:
+        """Whether the case only reads ``src`` (calibrators): ``out`` then has fewer dimensions.
+
+        ``out`` holds the result of the roofline's ``max |x|`` and is not counted in :attr:`nbytes`.
+        """
+        return self.out.ndim < self.src.ndim
+
+    @property
     def nbytes(self) -> int:
-        """Bytes read plus bytes written by one call (scales excluded)."""
-        return self.src.nbytes + self.out.nbytes
+        """Bytes read plus bytes written by one call (scales excluded); bytes read only when it :attr:`reduces`."""
+        return self.src.nbytes + (0 if self.reduces else self.out.nbytes)
 
 
 def _block(shape: tuple[int, int], granularity: str) -> tuple[tuple[int, int], dict]:
@@ -510,12 +528,16 @@ class Case:
         ``nbquant(problem, backend) -> timed callable``.
     peers : tuple of Peer
         Competitors on the CPU.
+    compare : callable, optional
+        ``compare(nbquant_result, peer_result) -> str``, the ``same`` column
+        (default :func:`compare`: codes or values by their bits).
     """
 
     name: str
     setup: Callable[[int, np.random.Generator], Problem]
     nbquant: Callable[[Problem, str | None], Bench]
     peers: tuple[Peer, ...] = field(default=())
+    compare: Callable[[object, object], str] | None = None
 
 
 def _q(dtype: str, gran: str, packed: bool = False, out: bool = False, peers=QUANTIZE_PEERS) -> tuple:
@@ -684,6 +706,130 @@ def _nf4(block: int = 64) -> tuple:
     return setup, nbq_quantize_nf4, ()
 
 
+# --------------------------------------------------------------------------- calibration
+
+
+def calibration_problem(n: int, rng: np.random.Generator, calibrator: str) -> Problem:
+    """A float32 batch for a calibrator's ``collect``: ``"max"`` (per tensor) or ``"histogram"``.
+
+    ``p.out`` is one float32, the result of the roofline's ``max |x|``: the case only
+    reads ``x`` (:attr:`Problem.reduces`). ``p.kwargs`` holds the calibrator and, for
+    the histogram, its default bin count.
+    """
+    x = rng.standard_normal(_shape(n), dtype=np.float32)
+    kwargs = {"calibrator": calibrator}
+    if calibrator == "histogram":
+        kwargs["num_bins"] = nbquant.HistogramCalibrator().num_bins
+    return Problem(x, np.empty(1, np.float32), np.ones((1, 1), np.float32), x.shape, (0, 0), kwargs)
+
+
+def nbq_max_collect(p: Problem, backend: str | None = None) -> Bench:
+    """``MaxCalibrator.collect`` (per tensor), then ``compute_amax`` (a copy of one float); returns the amax.
+
+    One calibrator serves every call: its running max over the same batch stays that
+    batch's amax, so each call is one steady-state ``collect`` with a result the peers
+    can be compared with.
+    """
+    cal, x = nbquant.MaxCalibrator(backend=backend), p.src
+
+    def run():
+        cal.collect(x)
+        return cal.compute_amax()
+
+    return run
+
+
+def nbq_histogram_collect(p: Problem, backend: str | None = None) -> Bench:
+    """``HistogramCalibrator.collect`` of the batch into a fresh calibrator; returns its counts.
+
+    A fresh calibrator per call (its constructor is O(1)) keeps the timed call one
+    ``collect`` of one batch whose result is that batch's histogram. A kept calibrator
+    would add the same counts up call after call, and its later batches make the same
+    two passes over ``x`` (the amax, then the counts), merely adding the old counts
+    where the first batch builds the ``linspace`` edges.
+    """
+    x, bins = p.src, p.kwargs["num_bins"]
+
+    def run():
+        cal = nbquant.HistogramCalibrator(bins, backend=backend)
+        cal.collect(x)
+        return cal.histogram
+
+    return run
+
+
+def numpy_absmax(p: Problem) -> Bench:
+    """``np.abs(x).max()``."""
+    x = p.src
+    return lambda: np.abs(x).max()
+
+
+def torch_absmax(p: Problem) -> Bench:
+    """``torch.amax(x.abs())``."""
+    torch = _torch()
+    x = torch.from_numpy(p.src)
+    return lambda: torch.amax(x.abs())
+
+
+def numpy_abs_histogram(p: Problem) -> Bench:
+    """``np.histogram(|x|, bins, range=(0, max |x|))`` counts, the amax included.
+
+    NumPy's bins are ``[edge_i, edge_i+1)`` of float32 ``linspace`` edges, not
+    torch.histc's ``int(|x| * bins / max)``: values on or next to an edge may land
+    one bin apart, which ``same`` shows as ``≠k``.
+    """
+    x, bins = p.src, p.kwargs["num_bins"]
+
+    def run():
+        a = np.abs(x)
+        return np.histogram(a, bins, range=(0, a.max()))[0]
+
+    return run
+
+
+def torch_abs_histc(p: Problem) -> Bench:
+    """``torch.histc(|x|, bins, 0, max |x|)`` counts (float32), the amax included."""
+    torch = _torch()
+    x, bins = torch.from_numpy(p.src), p.kwargs["num_bins"]
+
+    def run():
+        a = x.abs()
+        return torch.histc(a, bins, 0, float(a.max()))
+
+    return run
+
+
+def compare_values(ref, result) -> str:
+    """``"="`` when ``result`` holds the same values as nbquant's ``ref`` whatever the dtypes, ``"≠k"`` for k.
+
+    For calibrators: an amax (0-d array, NumPy scalar or tensor) or histogram counts
+    (int64, or torch.histc's float32), where k counts the bins whose counts differ;
+    ``"-"`` when the sizes differ.
+    """
+    a, b = (np.asarray(_host(r), np.float64).reshape(-1) for r in (ref, result))
+    if a.size != b.size:
+        return "-"
+    bad = int(np.count_nonzero(a != b))
+    return "=" if bad == 0 else f"≠{bad}"
+
+
+CALIB_MAX_PEERS = (
+    Peer("numpy np.abs(x).max()", numpy_absmax),
+    Peer("torch.amax(x.abs())", torch_absmax, ("torch",)),
+)
+CALIB_HISTOGRAM_PEERS = (
+    Peer("numpy np.histogram(|x|)", numpy_abs_histogram),
+    Peer("torch.histc(|x|)", torch_abs_histc, ("torch",)),
+)
+
+
+def _calib(calibrator: str, call: Callable[[Problem, str | None], Bench], peers: tuple[Peer, ...]) -> tuple:
+    def setup(n, rng):
+        return calibration_problem(n, rng, calibrator)
+
+    return setup, call, peers, compare_values
+
+
 _NP_Q_OUT = (Peer("numpy (copyto out)", numpy_quantize_out),)
 _NP_DQ_OUT = (Peer("numpy (out=)", numpy_dequantize_out),)
 
@@ -711,7 +857,10 @@ CASES: list[Case] = [
     Case("q int4 g32 dynamic packed", *_qdyn("uint4", 32, "asymmetric", packed=True)),
     Case("q int4 g128 dynamic packed", *_qdyn("uint4", 128, "asymmetric", packed=True)),
     Case("q int4 g32 dynamic", *_qdyn("uint4", 32, "asymmetric")),
+    Case("q int4 g128 dynamic", *_qdyn("uint4", 128, "asymmetric")),
     Case("q nf4 (block 64)", *_nf4(64)),
+    Case("calib max collect", *_calib("max", nbq_max_collect, CALIB_MAX_PEERS)),
+    Case("calib histogram collect", *_calib("histogram", nbq_histogram_collect, CALIB_HISTOGRAM_PEERS)),
 ]
 
 
@@ -719,7 +868,7 @@ CASES: list[Case] = [
 
 
 def _roof_kernels():
-    """Numba parallel casts of 2-D arrays (same shape, 2:1 packing, 1:2 unpacking)."""
+    """Numba parallel casts of 2-D arrays (same shape, 2:1 packing, 1:2 unpacking) and a ``max |x|``."""
     from numba import njit, prange
 
     @njit(parallel=True, cache=False)
@@ -744,7 +893,22 @@ def _roof_kernels():
                 o[2 * j] = np.float32(s[j] & 15)
                 o[2 * j + 1] = np.float32(s[j] >> 4)
 
-    return cast, pack2, unpack2
+    @njit(inline="always")
+    def row_abs_bits_max(s):
+        m = np.int32(0)
+        for c in range(s.size):
+            m = np.int32(max(m, s[c] & 0x7FFFFFFF))
+        return m
+
+    @njit(parallel=True, cache=False)
+    def absmax(src, out):
+        # |x| of a float32 orders as its bits with the sign cleared; int32 lanes vectorize 8 wide.
+        m = np.int32(0)
+        for r in prange(src.shape[0]):
+            m = max(m, row_abs_bits_max(src[r].view(np.int32)))
+        out.view(np.int32)[0] = m
+
+    return cast, pack2, unpack2, absmax
 
 
 _ROOF = []
@@ -756,12 +920,14 @@ def _numba_view(a: np.ndarray) -> np.ndarray:
 
 
 def cpu_roofline(p: Problem) -> Bench:
-    """A numba parallel cast from ``p.src`` into ``p.out`` (same bytes as the case)."""
+    """A numba parallel cast from ``p.src`` into ``p.out`` (same bytes as the case), or ``max |x|`` of a reduction."""
     if not _ROOF:
         _ROOF.extend(_roof_kernels())
-    cast, pack2, unpack2 = _ROOF
+    cast, pack2, unpack2, absmax = _ROOF
     src, out = _numba_view(p.src), _numba_view(p.out)
-    if src.shape == out.shape:
+    if p.reduces:
+        kernel = absmax
+    elif src.shape == out.shape:
         kernel = cast
     else:
         kernel = pack2 if src.shape[1] > out.shape[1] else unpack2
@@ -817,6 +983,8 @@ def _rows(case: str, n: int, nbytes: int, times: dict[str, list], matches: dict[
 
 def _host(result) -> np.ndarray | None:
     """A peer's result as a NumPy array of the stored bits or values (None when there is none)."""
+    if isinstance(result, np.generic):  # a NumPy scalar (np.abs(x).max())
+        result = np.asarray(result)
     if isinstance(result, list):  # onnxruntime
         result = result[0]
     if isinstance(result, tuple):  # torchao to_mx: (scales, data)
@@ -869,12 +1037,13 @@ def compare(ref, result) -> str:
 
 def _peer_calls(case: Case, p: Problem, ref) -> tuple[dict[str, Bench], dict[str, str]]:
     calls, matches = {}, {}
+    same = case.compare or compare
     for peer in case.peers:
         if not peer.available():
             continue
         try:
             fn = peer.make(p)
-            matches[peer.label] = compare(ref, fn())
+            matches[peer.label] = same(ref, fn())
             calls[peer.label] = fn
         except Exception:  # noqa: BLE001 - a peer that cannot do this case is skipped
             pass
@@ -1052,9 +1221,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{case.name} at {_pow2(n)}: skipped ({type(exc).__name__}: {exc})")
     print("\n".join(machine_info(commit)))
     print(f"device {args.device}; {args.repeats} interleaved repeats, medians; %roof = t_roofline / t; "
-          "nbq x = t / t_nbquant; GB/s = (bytes read + written) / median;\n"
-          "same: '=' same codes/values as nbquant (dynamic cases: codes, scales and zero points), "
-          "'≠k' k elements differ, '-' not comparable (unpacked int4, no result)")
+          "nbq x = t / t_nbquant; GB/s = (bytes read + written) / median (calib: bytes read);\n"
+          "same: '=' same codes/values as nbquant (dynamic cases: codes, scales and zero points; "
+          "calib: amax or histogram counts), '≠k' k elements differ, '-' not comparable (unpacked int4, no result)")
     print(format_table(rows))
     return 0
 

@@ -24,10 +24,10 @@ ASV_DIR = ROOT / "asv_bench"
 HAVE_ASV = importlib.util.find_spec("asv") is not None
 #: One benchmark per capability module: quantize (allocating and out= via setup),
 #: packed, float-format, block-format and dynamic quantize plus dequantize (SQNR round trips), dequantize out=,
-#: import time.
+#: calibrator collect and compute_amax, import time.
 ASV_SMOKE = (r"QuantizeStatic\.time_quantize\b|QuantizePacked\.track_sqnr|Dequantize\.time_dequantize_out"
              r"|QuantizeFloat\.track_sqnr|BlockFormats\.track_sqnr|QuantizeDynamic\.track_sqnr"
-             r"|timeraw_import_nbquant")
+             r"|Collect\.time_collect|ComputeAmax\.track_amax|timeraw_import_nbquant")
 
 
 def _run(args: list[str], cwd: Path, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
@@ -81,3 +81,4 @@ def test_asv_quick_dry_run(tmp_path):
     assert res.returncode == 0, out
     assert "failed" not in out.lower(), out
     assert out.count(" ok") >= 5 and "timeraw_import_nbquant" in out, out
+    assert "Collect.time_collect" in out and "ComputeAmax.track_amax" in out, out

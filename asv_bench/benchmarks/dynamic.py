@@ -1,8 +1,8 @@
 """Dynamic quantization: ``nbquant.quantize_dynamic`` (qparams chosen from the data and codes in one fused pass).
 
 Schemes follow torchao 0.18: per-row symmetric int8 (dynamic activations) and
-group-wise asymmetric uint4 in ``[0, 15]``, packed two codes per byte (int4
-weight-only's codes).
+group-wise asymmetric uint4 in ``[0, 15]`` in groups of 32 and 128, packed two codes
+per byte (int4 weight-only's codes) and unpacked (one code per byte).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ DYNAMIC_SCHEMES = {
     "uint4_asym_g32_packed": ("uint4", 32, "asymmetric", True),
     "int8_per_row": ("int8", None, "symmetric", False),
     "uint4_asym_g128_packed": ("uint4", 128, "asymmetric", True),
+    "uint4_asym_g32": ("uint4", 32, "asymmetric", False),
+    "uint4_asym_g128": ("uint4", 128, "asymmetric", False),
 }
 
 
