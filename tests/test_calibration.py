@@ -43,6 +43,29 @@ def test_histogram_matches_reference(backend, skip_zeros):
         assert got.compute_amax(method, start_bin=8) == ref.compute_amax(method, start_bin=8)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_histogram_kernel_special_values(backend, dtype):
+    """The kernel over several work units and chunks (odd size): bin edges, runs of zeros, NaN, ±inf, above top."""
+    from nbquant.modelopt_ops import _backend_module
+
+    nbins, top = 64, np.float32(8.0)
+    n = 5 * 2048 + 7 if backend != "cuda" else 2 * 64 + 7  # the simulator runs threads in Python
+    x = np.random.default_rng(1).uniform(-9, 9, n).astype(np.float32)
+    edges = np.arange(nbins + 1, dtype=np.float32) * (top / nbins)
+    x[:nbins + 1] = edges  # exactly on every edge, the right edge of the last bin included
+    x[70:90] = 0.0  # a run of equal bins
+    x[90:94] = [np.nan, np.inf, -np.inf, -0.0]
+    x[94:97] = [np.nextafter(top, np.float32(9)), -top, np.nextafter(np.float32(0.125), np.float32(0))]
+    x = x.astype(dtype)
+    got = _backend_module(backend, x, "abs_histogram").abs_histogram(x, nbins, top)
+    ref = _backend_module("reference", x, "abs_histogram").abs_histogram(x, nbins, top)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, ref)
+    v = np.abs(x.astype(np.float32))
+    assert got.sum() == np.count_nonzero(v <= top)  # NaN and values above top are left out
+    assert got[-1] == np.count_nonzero((v >= edges[-2]) & (v <= top))  # the right edge counts in the last bin
+
+
 def test_histogram_hand_example():
     cal = nbquant.HistogramCalibrator(num_bins=8)
     cal.collect(np.array([0.0, 1.0, 2.0, 4.0, -8.0], np.float32))

@@ -310,11 +310,15 @@ def ste_value(g, x, lo, hi):
 
 @njit(inline="always")
 def histogram_bin(x, fn, top, nbins):
-    """The bin of ``|x|`` over ``[0, top]`` in ``nbins`` bins (torch.histc's rule), or -1 (NaN, above ``top``)."""
+    """The bin of ``|x|`` over ``[0, top]`` in ``nbins`` bins (torch.histc's rule), or -1 (NaN, above ``top``).
+
+    ``int(|x| * nbins / top)`` in float32, the right edge in the last bin. The quotient is
+    selected before the int32 conversion, so NaN and values above ``top`` never reach it, and
+    a loop of this function vectorizes (AVX2 has no packed float → int64 conversion).
+    """
     v = abs(load_f32(x))
-    if v <= top:
-        return min(np.int64((v * fn) / top), np.int64(nbins - 1))
-    return np.int64(-1)
+    q = (v * fn) / top if v <= top else np.float32(-1.0)
+    return min(np.int32(q), np.int32(nbins - 1))
 
 
 @njit(**_KERNEL_OPTIONS)
@@ -351,27 +355,46 @@ def ste_kernel(grad, x, lo, hi, bp, br, bc, tile, like, out):
             g += 1
 
 
-@njit(**_KERNEL_OPTIONS)
-def histogram_kernel(x, nbins, top, tile, counts):
-    """Histogram of ``|x|`` over ``[0, top]`` in ``nbins`` bins (torch.histc's rule), per work unit.
+#: Elements whose bins :func:`histogram_kernel` computes in one vectorized loop before counting them.
+_HIST_CHUNK = 2048
+#: Count rows per work unit of :func:`histogram_kernel`; element ``i`` of a chunk increments row ``i % 4``.
+HIST_LANES = 4
 
-    ``bin = int(|x| * nbins / top)`` in float32, the right edge in the last bin;
-    NaN and values above ``top`` are skipped. ``counts`` is (units, nbins); the
-    caller sums its rows.
+
+@njit(**_KERNEL_OPTIONS)
+def histogram_kernel(x, nbins, top, counts):
+    """Histogram of ``|x|`` (flat) over ``[0, top]`` in ``nbins`` bins (:func:`histogram_bin`).
+
+    ``counts`` is (units * HIST_LANES, nbins + 1), zeroed: unit ``u`` counts its
+    contiguous share of ``x`` into its own HIST_LANES rows, a chunk at a time: the
+    chunk's bins in one vectorized loop (NaN and values above ``top`` to the spare
+    last column), then the increments, spread over the rows so that a run of equal
+    bins (zeros of a ReLU output) is not one serial chain of increments. The caller
+    sums the rows and drops the spare column.
     """
-    rows, n = x.shape
-    ntiles = (n + tile - 1) // tile
+    n = x.size
+    units = counts.shape[0] // HIST_LANES
     fn = np.float32(nbins)
     t = np.float32(top)
-    for unit in prange(rows * ntiles):
-        r = unit // ntiles
-        c = (unit - r * ntiles) * tile
-        xs = x[r, c:min(c + tile, n)]
-        cs = counts[unit]
-        for i in range(xs.size):
-            b = histogram_bin(xs[i], fn, t, nbins)
-            if b >= 0:
-                cs[b] += 1
+    for u in prange(units):
+        c0, c1, c2, c3 = (counts[HIST_LANES * u], counts[HIST_LANES * u + 1], counts[HIST_LANES * u + 2],
+                          counts[HIST_LANES * u + 3])
+        bins = np.empty(_HIST_CHUNK, np.int32)
+        end = (u + 1) * n // units
+        for c in range(u * n // units, end, _HIST_CHUNK):
+            xs = x[c:min(c + _HIST_CHUNK, end)]
+            m = xs.size
+            for i in range(m):
+                b = histogram_bin(xs[i], fn, t, nbins)
+                bins[i] = b if b >= 0 else nbins
+            whole = m - m % HIST_LANES
+            for i in range(0, whole, HIST_LANES):
+                c0[bins[i]] += 1
+                c1[bins[i + 1]] += 1
+                c2[bins[i + 2]] += 1
+                c3[bins[i + 3]] += 1
+            for i in range(whole, m):
+                c0[bins[i]] += 1
 
 
 _KERNELS = (dynamic_rows_kernel, block_reduce_kernel, flat_reduce_kernel, qparams_kernel, fake_amax_kernel,
@@ -491,9 +514,8 @@ def ste_backward(grad, x, lo_grid, hi_grid, layout, out) -> None:
 
 def abs_histogram(x, nbins: int, top) -> np.ndarray:
     """int64 counts of ``|x|`` in ``nbins`` bins over ``[0, top]``."""
-    xk = kernel_float_view(x).reshape(-1, x.shape[-1] if x.ndim else 1)
-    tile = min(max(xk.shape[1], 1), ROW_TILE)
-    units = xk.shape[0] * ((xk.shape[1] + tile - 1) // tile)
-    counts = np.zeros((units, nbins), np.int64)
-    histogram_kernel(xk, nbins, np.float32(top), tile, counts)
-    return counts.sum(axis=0)
+    flat = kernel_float_view(x).reshape(-1)
+    units = max(1, min(_UNITS_PER_THREAD * numba.get_num_threads(), -(-flat.size // _HIST_CHUNK)))
+    counts = np.zeros((units * HIST_LANES, nbins + 1), np.int64)
+    histogram_kernel(flat, nbins, np.float32(top), counts)
+    return counts[:, :nbins].sum(axis=0)
