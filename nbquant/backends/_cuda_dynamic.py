@@ -7,22 +7,27 @@ or CUDA device arrays.
 
 Kernels
 -------
-* :func:`dynamic_rows_kernel`: fused, one thread per block for blocks that lie inside one
-  row (per-row, per-group, ONNX blocked along the last axis). The thread reduces its block
-  (min/max :func:`~nbquant.element.order_key` keys or the absmax bits), computes the scale
-  and zero point (``block_qparams``, i.e. :func:`~nbquant.element.affine_qparams` /
-  :func:`~nbquant.element.amax_scales`), then quantizes the block (packed sub-byte codes
-  low bits first).
-* :func:`block_reduce_kernel`: one thread per block-grid cell of a canonical (P, R, C)
-  view, reducing its (bp, br, bc) block to keys.
+* :func:`dynamic_rows_kernel`: fused, for blocks that lie inside one row (per-row, per-group,
+  ONNX blocked along the last axis). A *team* of :func:`team_size` threads (a power of two,
+  at most a warp) takes one block: the lanes reduce it with coalesced strided reads
+  (min/max :func:`~nbquant.element.order_key` keys or the absmax bits), combine their keys
+  through shared memory (:func:`_team_keys`), compute the scale and zero point
+  (``block_qparams``, i.e. :func:`~nbquant.element.affine_qparams` /
+  :func:`~nbquant.element.amax_scales`), then quantize the block (packed sub-byte codes low
+  bits first), a byte or an element per lane at a time.
+* :func:`block_reduce_kernel`: a team per block-grid cell of a canonical (P, R, C) view,
+  reducing its (bp, br, bc) block to keys (the lanes stride along C).
 * :func:`flat_reduce_kernel`: per-tensor keys: a grid-stride reduction per thread, a
   shared-memory tree per thread block, one ``atomic.min``/``atomic.max`` per block.
 * :func:`qparams_kernel`: scale and zero point of every cell from its keys.
+* :func:`histogram_kernel`: counts in shared memory per thread block (up to
+  :data:`SHARED_BINS` bins), added to the global counts once per block.
 
 All numerics are the element functions of :mod:`nbquant.element` and the inline helpers of
 :mod:`nbquant.backends.cpu_dynamic` (``block_qparams``), the ones the CPU kernels inline;
-these kernels are loops only. Launch shapes follow ``_cuda``: ``blockIdx.y`` strides over
-rows, threads along a row stride over blocks (or columns). Indices are unsigned 64-bit.
+these kernels are loops only. Team kernels walk a flat list of blocks (or cells), a team
+per item, in rounds that every thread of a thread block takes together (the shared-memory
+combine has barriers). Indices are unsigned 64-bit.
 """
 
 from __future__ import annotations
@@ -69,9 +74,9 @@ __all__ = [
     "histogram_kernel",
     "dynamic_signature",
     "all_dynamic_signatures",
+    "team_size",
     "KERNELS",
 ]
-
 
 
 def _sim_safe(fn):
@@ -96,6 +101,16 @@ _KEY_LO = np.int64(-(1 << 62))
 _ZERO_KEY = np.int64(0)
 #: Threads per block of the per-tensor reduction (a power of two: the shared-memory tree halves it).
 REDUCE_THREADS = 256
+#: Threads per block of the team kernels (``dynamic_rows``, ``block_reduce``): their shared key arrays.
+TEAM_THREADS = 256
+#: The largest team: a warp, so a team's lanes read one contiguous 128-byte line of float32 at a time.
+MAX_TEAM = 32
+#: Bins that :func:`histogram_kernel` counts in shared memory (uint32, 16 KiB); more use global atomics.
+SHARED_BINS = 4096
+#: Histogram thread blocks at most (each adds its shared counts to the global ones once), and elements per thread.
+_HIST_MAX_BLOCKS, _HIST_PER_THREAD = 1024, 16
+# Simulator: threads per team-kernel block and the largest team (several teams per block, several blocks).
+_SIM_TEAM_THREADS, _SIM_MAX_TEAM, _SIM_TEAM_BLOCKS = 8, 4, 2
 _REDUCE_MAX_BLOCKS = 4096
 _SIM_REDUCE_THREADS, _SIM_REDUCE_BLOCKS = 4, 2
 
@@ -104,109 +119,151 @@ _SIM_REDUCE_THREADS, _SIM_REDUCE_BLOCKS = 4, 2
 # ---------------------------------------------------------------------------------------------
 
 
+@cuda.jit(device=True, inline="always")
+def _team_keys(lo, hi, tid, first, team, slo, shi):
+    """The min of ``lo`` and max of ``hi`` over the ``team`` lanes from thread ``first`` (a barrier for all).
+
+    Each thread writes its keys to shared memory, then every lane reads its team's (the same
+    addresses for a team: broadcast reads, no bank conflicts). The second barrier keeps the
+    next round from overwriting keys a slower team is still reading.
+    """
+    slo[tid] = lo
+    shi[tid] = hi
+    cuda.syncthreads()
+    i = first
+    end = first + team
+    while i < end:
+        lo = min(lo, slo[i])
+        hi = max(hi, shi[i])
+        i += _U1
+    cuda.syncthreads()
+    return lo, hi
+
+
 def dynamic_rows_kernel(x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound, reciprocal, scale_op,
-                        mask, nbits, packed, bc, out, scale, zp):
-    """Fused dynamic quantize of ``x`` (rows, C), blocks of ``bc``: ``scale``/``zp`` (rows, nblocks) and ``out``."""
-    rows = np.uint64(x.shape[0])
+                        mask, nbits, packed, bc, team, out, scale, zp):
+    """Fused dynamic quantize of ``x`` (rows, C), blocks of ``bc``: ``scale``/``zp`` (rows, nblocks) and ``out``.
+
+    A team of ``team`` threads per block; ``out`` holds (rows, C / k) bytes when ``packed``
+    (``k = 8 // nbits`` codes per byte, whole bytes per block).
+    """
+    slo = cuda.shared.array(TEAM_THREADS, np.int64)
+    shi = cuda.shared.array(TEAM_THREADS, np.int64)
     C = np.uint64(x.shape[1])
     nblocks = np.uint64(scale.shape[1])
+    total = np.uint64(x.shape[0]) * nblocks
     ub = np.uint64(bc)
+    ut = np.uint64(team)
     k = np.uint64(8 // nbits)
     shift = np.int32(nbits)
-    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
-    start = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
-    row = np.uint64(cuda.blockIdx.y)
-    while row < rows:
-        xs, os, ss, zs = x[row], out[row], scale[row], zp[row]
-        b = start
-        while b < nblocks:
-            c0 = b * ub
-            c1 = min(c0 + ub, C)
-            lo = _KEY_HI
-            hi = _KEY_LO if use_minmax else _ZERO_KEY
-            c = c0
-            if use_minmax:
-                while c < c1:
-                    key = order_key(xs[c])
-                    lo = min(lo, key)
-                    hi = max(hi, key)
-                    c += _U1
-            else:
-                while c < c1:
-                    hi = max(hi, abs_bits(xs[c]))
-                    c += _U1
+    tid = np.uint64(cuda.threadIdx.x)
+    lane = tid % ut
+    first = tid - lane
+    teams = np.uint64(cuda.blockDim.x) // ut
+    base = np.uint64(cuda.blockIdx.x) * teams
+    while base < total:  # the same rounds for every thread of the block (barriers inside)
+        item = base + tid // ut
+        active = item < total
+        row = item // nblocks if active else _U0
+        b = item - row * nblocks
+        c0 = b * ub
+        c1 = min(c0 + ub, C)
+        xs = x[row]
+        lo = _KEY_HI
+        hi = _KEY_LO if use_minmax else _ZERO_KEY
+        c = c0 + lane
+        if active and use_minmax:
+            while c < c1:
+                key = order_key(xs[c])
+                lo = min(lo, key)
+                hi = max(hi, key)
+                c += ut
+        elif active:
+            while c < c1:
+                hi = max(hi, abs_bits(xs[c]))
+                c += ut
+        lo, hi = _team_keys(lo, hi, tid, first, ut, slo, shi)
+        if active:
             s, z = block_qparams(lo, hi, use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound)
-            ss[b] = s
-            zs[b] = np.int32(z)
+            if lane == _U0:
+                scale[row, b] = s
+                zp[row, b] = np.int32(z)
             m = np.float32(1.0) / s if reciprocal else s
-            c = c0
+            os = out[row]
             if packed:
-                j = c0 // k
-                while c < c1:
+                j = c0 // k + lane
+                while j * k < c1:
                     byte = np.int32(0)
                     sh = np.int32(0)
+                    c = j * k
                     end = c + k
                     while c < end:
                         byte |= code_bits(quantize_value(xs[c], m, z, scale_op, False, qmin, qmax), mask) << sh
                         sh += shift
                         c += _U1
                     os[j] = byte
-                    j += _U1
+                    j += ut
             else:
+                c = c0 + lane
                 while c < c1:
                     os[c] = code_bits(quantize_value(xs[c], m, z, scale_op, False, qmin, qmax), mask)
-                    c += _U1
-            b += stride
-        row += np.uint64(cuda.gridDim.y)
+                    c += ut
+        base += np.uint64(cuda.gridDim.x) * teams
 
 
-def block_reduce_kernel(x, use_minmax, bp, br, bc, lo, hi):
-    """Reduce ``x`` (P, R, C) over blocks (bp, br, bc) into key grids ``lo``/``hi`` (GP, GR, GC), a thread per cell."""
+def block_reduce_kernel(x, use_minmax, bp, br, bc, team, lo, hi):
+    """Reduce ``x`` (P, R, C) over blocks (bp, br, bc) into key grids ``lo``/``hi`` (GP, GR, GC), a team per cell."""
+    slo = cuda.shared.array(TEAM_THREADS, np.int64)
+    shi = cuda.shared.array(TEAM_THREADS, np.int64)
     P = np.uint64(x.shape[0])
     R = np.uint64(x.shape[1])
     C = np.uint64(x.shape[2])
     GR = np.uint64(hi.shape[1])
     GC = np.uint64(hi.shape[2])
-    cells = np.uint64(hi.shape[0]) * GR
+    total = np.uint64(hi.shape[0]) * GR * GC
     ubp, ubr, ubc = np.uint64(bp), np.uint64(br), np.uint64(bc)
-    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
-    start = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
-    cell = np.uint64(cuda.blockIdx.y)
-    while cell < cells:
-        sp = cell // GR
-        sr = cell - sp * GR
-        p0 = sp * ubp
-        p1 = min(p0 + ubp, P)
-        r0 = sr * ubr
-        r1 = min(r0 + ubr, R)
-        g = start
-        while g < GC:
-            c0 = g * ubc
-            c1 = min(c0 + ubc, C)
-            a = _KEY_HI
-            b = _KEY_LO if use_minmax else _ZERO_KEY
-            p = p0
-            while p < p1:
-                r = r0
-                while r < r1:
-                    xs = x[p, r]
-                    c = c0
-                    if use_minmax:
-                        while c < c1:
-                            key = order_key(xs[c])
-                            a = min(a, key)
-                            b = max(b, key)
-                            c += _U1
-                    else:
-                        while c < c1:
-                            b = max(b, abs_bits(xs[c]))
-                            c += _U1
-                    r += _U1
-                p += _U1
+    ut = np.uint64(team)
+    tid = np.uint64(cuda.threadIdx.x)
+    lane = tid % ut
+    first = tid - lane
+    teams = np.uint64(cuda.blockDim.x) // ut
+    base = np.uint64(cuda.blockIdx.x) * teams
+    while base < total:  # the same rounds for every thread of the block (barriers inside)
+        cell = base + tid // ut
+        active = cell < total
+        rest = cell // GC if active else _U0
+        g = cell - rest * GC
+        sp = rest // GR
+        sr = rest - sp * GR
+        c0 = g * ubc
+        c1 = min(c0 + ubc, C)
+        a = _KEY_HI
+        b = _KEY_LO if use_minmax else _ZERO_KEY
+        p = sp * ubp if active else P
+        p1 = min(sp * ubp + ubp, P)
+        while p < p1:
+            r = sr * ubr
+            r1 = min(r + ubr, R)
+            while r < r1:
+                xs = x[p, r]
+                c = c0 + lane
+                if use_minmax:
+                    while c < c1:
+                        key = order_key(xs[c])
+                        a = min(a, key)
+                        b = max(b, key)
+                        c += ut
+                else:
+                    while c < c1:
+                        b = max(b, abs_bits(xs[c]))
+                        c += ut
+                r += _U1
+            p += _U1
+        a, b = _team_keys(a, b, tid, first, ut, slo, shi)
+        if active and lane == _U0:
             lo[sp, sr, g] = a
             hi[sp, sr, g] = b
-            g += stride
-        cell += np.uint64(cuda.gridDim.y)
+        base += np.uint64(cuda.gridDim.x) * teams
 
 
 def flat_reduce_kernel(x, use_minmax, lo, hi):
@@ -351,16 +408,42 @@ def fake_affine_kernel(x, step, qz, minb, maxb, like, out):
 
 
 def histogram_kernel(x, nbins, top, counts):
-    """``counts[histogram_bin(|x|)] += 1`` over a 1-D ``x`` (``atomic.add``; NaN and values above ``top`` skipped)."""
+    """``counts[histogram_bin(|x|)] += 1`` over a 1-D ``x`` (NaN and values above ``top`` skipped).
+
+    With ``nbins <= SHARED_BINS`` each thread block counts in shared memory (uint32: a block
+    sees far fewer than 2**32 elements) and adds its non-zero bins to ``counts`` at the end;
+    otherwise every element is a global ``atomic.add``.
+    """
+    local = cuda.shared.array(SHARED_BINS, np.uint32)
+    private = nbins <= SHARED_BINS  # the same for every thread: the barriers below are safe
+    ubins = np.uint64(nbins)
+    tid = np.uint64(cuda.threadIdx.x)
+    width = np.uint64(cuda.blockDim.x)
+    if private:
+        j = tid
+        while j < ubins:
+            local[j] = np.uint32(0)
+            j += width
+        cuda.syncthreads()
     n = np.uint64(x.shape[0])
     fn = np.float32(nbins)
-    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
-    i = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
+    stride = np.uint64(cuda.gridDim.x) * width
+    i = np.uint64(cuda.blockIdx.x) * width + tid
     while i < n:
         b = histogram_bin(x[i], fn, top, nbins)
-        if b >= 0:
+        if b >= 0 and private:
+            cuda.atomic.add(local, b, np.uint32(1))
+        elif b >= 0:
             cuda.atomic.add(counts, b, np.uint64(1))
         i += stride
+    if private:
+        cuda.syncthreads()
+        j = tid
+        while j < ubins:
+            v = local[j]
+            if v:
+                cuda.atomic.add(counts, j, np.uint64(v))
+            j += width
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,10 +482,10 @@ def dynamic_signature(kernel: str, data_dtype, out_dtype=None):
     i64, f32, b1 = types.int64, types.float32, types.boolean
     qp = (b1, i64, f32, f32, f32, f32, f32, f32)  # use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound
     if kernel == "dynamic_rows":
-        args = (_arr(data_dtype, 2), *qp, b1, i64, i64, i64, b1, i64, _arr(out_dtype, 2), _arr(np.float32, 2),
-                _arr(np.int32, 2))
+        args = (_arr(data_dtype, 2), *qp, b1, i64, i64, i64, b1, i64, i64, _arr(out_dtype, 2),
+                _arr(np.float32, 2), _arr(np.int32, 2))
     elif kernel == "block_reduce":
-        args = (_arr(data_dtype, 3), b1, i64, i64, i64, _arr(np.int64, 3), _arr(np.int64, 3))
+        args = (_arr(data_dtype, 3), b1, i64, i64, i64, i64, _arr(np.int64, 3), _arr(np.int64, 3))
     elif kernel == "flat_reduce":
         args = (_arr(data_dtype, 1), b1, _arr(np.int64, 1), _arr(np.int64, 1))
     elif kernel == "qparams":
@@ -480,6 +563,33 @@ def _float_input(x, stream):
     return kernel_float_view(be.device_float_input(d))
 
 
+def team_size(block_len: int, simulator: bool | None = None) -> int:
+    """Threads that share a block of ``block_len`` elements along a row: about four elements each.
+
+    A power of two, at most :data:`MAX_TEAM` (a warp; the simulator: 4), so that a block's
+    reads are coalesced and a long block (a whole row) is not one thread's serial loop.
+
+    Examples
+    --------
+    >>> [team_size(n, simulator=False) for n in (1, 5, 8, 32, 128, 4096)]
+    [1, 1, 2, 8, 32, 32]
+    """
+    cap = _SIM_MAX_TEAM if (_backend().SIMULATOR if simulator is None else simulator) else MAX_TEAM
+    team = 1
+    while team < cap and 8 * team <= block_len:
+        team *= 2
+    return team
+
+
+def _team_launch(items: int, team: int) -> tuple[int, int]:
+    """``(blocks, threads)`` for ``items`` team items (grid-stride rounds beyond the block cap)."""
+    if _backend().SIMULATOR:
+        threads = _SIM_TEAM_THREADS
+        return min(_SIM_TEAM_BLOCKS, -(-items // (threads // team))), threads
+    blocks = -(-items // (TEAM_THREADS // team))
+    return max(1, min(blocks, _backend().MAX_BLOCKS)), TEAM_THREADS
+
+
 def _flat_grid(n: int) -> tuple[int, int]:
     (gx, _), threads = _backend().launch_config(1, n)
     return gx, threads
@@ -515,8 +625,9 @@ def _reduce_device(x, spec, stream):
     grid = tuple(-(-n // b) for n, b in dims)
     lo = cuda.device_array(grid, np.int64, stream=stream)
     hi = cuda.device_array(grid, np.int64, stream=stream)
-    g, threads = be.launch_config(grid[0] * grid[1], grid[2])
-    _launch("block_reduce", g, threads, stream, (x3, spec.use_minmax, *(b for _, b in dims), lo, hi),
+    team = team_size(dims[2][1])
+    blocks, threads = _team_launch(int(np.prod(grid)), team)
+    _launch("block_reduce", blocks, threads, stream, (x3, spec.use_minmax, *(b for _, b in dims), team, lo, hi),
             dynamic_signature("block_reduce", x3.dtype))
     size = int(np.prod(grid))
     return lo.reshape(size), hi.reshape(size)
@@ -559,10 +670,11 @@ def quantize_dynamic(x, spec, out, scale, zp) -> bool:
     nblocks = int(ds.size) // rows
     o2, s2, z2 = do.reshape((rows, C // k)), ds.reshape((rows, nblocks)), dz.reshape((rows, nblocks))
     op = SCALE_DIVIDE if spec.scale_op == SCALE_DIVIDE and not spec.reciprocal else SCALE_MULTIPLY
+    team = team_size(bc)
     args = (x2, *_kernel_args(spec), bool(spec.reciprocal), int(op), int(fmt.mask), int(fmt.bits), bool(spec.packed),
-            int(bc), o2, s2, z2)
-    grid, threads = _backend().launch_config(rows, nblocks)
-    _launch("dynamic_rows", grid, threads, stream, args, dynamic_signature("dynamic_rows", x2.dtype, o2.dtype))
+            int(bc), team, o2, s2, z2)
+    blocks, threads = _team_launch(rows * nblocks, team)
+    _launch("dynamic_rows", blocks, threads, stream, args, dynamic_signature("dynamic_rows", x2.dtype, o2.dtype))
     _copy_back([(out, do), (scale, ds), (zp, dz)], stream)
     return True
 
@@ -627,6 +739,8 @@ def abs_histogram(x, nbins: int, top) -> np.ndarray:
     flat = xd.reshape(int(xd.size))
     counts = cuda.to_device(np.zeros(int(nbins), np.uint64), stream=stream)
     grid, threads = _flat_grid(int(flat.size))
+    if not be.SIMULATOR:  # fewer, fuller blocks: each one adds up to nbins shared counts at its end
+        grid = max(1, min(grid, _HIST_MAX_BLOCKS, -(-int(flat.size) // (threads * _HIST_PER_THREAD))))
     _launch("histogram", grid, threads, stream, (flat, int(nbins), np.float32(top), counts),
             dynamic_signature("histogram", flat.dtype))
     host = counts.copy_to_host(stream=stream)
