@@ -120,6 +120,30 @@ _SIM_REDUCE_THREADS, _SIM_REDUCE_BLOCKS = 4, 2
 
 
 @cuda.jit(device=True, inline="always")
+def _team_coords(team):
+    """``(tid, lane, first, teams)``: this thread, its lane in its team, the team's lane 0, teams per thread block."""
+    tid = np.uint64(cuda.threadIdx.x)
+    lane = tid % team
+    return tid, lane, tid - lane, np.uint64(cuda.blockDim.x) // team
+
+
+@cuda.jit(device=True, inline="always")
+def _fold_keys(xs, c, end, step, use_minmax, lo, hi):
+    """``lo``/``hi`` folded with the keys of ``xs[c], xs[c + step], ...`` below ``end`` (min/max keys or absmax)."""
+    if use_minmax:
+        while c < end:
+            key = order_key(xs[c])
+            lo = min(lo, key)
+            hi = max(hi, key)
+            c += step
+    else:
+        while c < end:
+            hi = max(hi, abs_bits(xs[c]))
+            c += step
+    return lo, hi
+
+
+@cuda.jit(device=True, inline="always")
 def _team_keys(lo, hi, tid, first, team, slo, shi):
     """The min of ``lo`` and max of ``hi`` over the ``team`` lanes from thread ``first`` (a barrier for all).
 
@@ -156,10 +180,7 @@ def dynamic_rows_kernel(x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_
     ut = np.uint64(team)
     k = np.uint64(8 // nbits)
     shift = np.int32(nbits)
-    tid = np.uint64(cuda.threadIdx.x)
-    lane = tid % ut
-    first = tid - lane
-    teams = np.uint64(cuda.blockDim.x) // ut
+    tid, lane, first, teams = _team_coords(ut)
     base = np.uint64(cuda.blockIdx.x) * teams
     while base < total:  # the same rounds for every thread of the block (barriers inside)
         item = base + tid // ut
@@ -169,19 +190,8 @@ def dynamic_rows_kernel(x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_
         c0 = b * ub
         c1 = min(c0 + ub, C)
         xs = x[row]
-        lo = _KEY_HI
-        hi = _KEY_LO if use_minmax else _ZERO_KEY
-        c = c0 + lane
-        if active and use_minmax:
-            while c < c1:
-                key = order_key(xs[c])
-                lo = min(lo, key)
-                hi = max(hi, key)
-                c += ut
-        elif active:
-            while c < c1:
-                hi = max(hi, abs_bits(xs[c]))
-                c += ut
+        lo, hi = _fold_keys(xs, c0 + lane, c1 if active else _U0, ut, use_minmax, _KEY_HI,
+                            _KEY_LO if use_minmax else _ZERO_KEY)
         lo, hi = _team_keys(lo, hi, tid, first, ut, slo, shi)
         if active:
             s, z = block_qparams(lo, hi, use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound)
@@ -223,10 +233,7 @@ def block_reduce_kernel(x, use_minmax, bp, br, bc, team, lo, hi):
     total = np.uint64(hi.shape[0]) * GR * GC
     ubp, ubr, ubc = np.uint64(bp), np.uint64(br), np.uint64(bc)
     ut = np.uint64(team)
-    tid = np.uint64(cuda.threadIdx.x)
-    lane = tid % ut
-    first = tid - lane
-    teams = np.uint64(cuda.blockDim.x) // ut
+    tid, lane, first, teams = _team_coords(ut)
     base = np.uint64(cuda.blockIdx.x) * teams
     while base < total:  # the same rounds for every thread of the block (barriers inside)
         cell = base + tid // ut
@@ -245,18 +252,7 @@ def block_reduce_kernel(x, use_minmax, bp, br, bc, team, lo, hi):
             r = sr * ubr
             r1 = min(r + ubr, R)
             while r < r1:
-                xs = x[p, r]
-                c = c0 + lane
-                if use_minmax:
-                    while c < c1:
-                        key = order_key(xs[c])
-                        a = min(a, key)
-                        b = max(b, key)
-                        c += ut
-                else:
-                    while c < c1:
-                        b = max(b, abs_bits(xs[c]))
-                        c += ut
+                a, b = _fold_keys(x[p, r], c0 + lane, c1, ut, use_minmax, a, b)
                 r += _U1
             p += _U1
         a, b = _team_keys(a, b, tid, first, ut, slo, shi)
@@ -274,18 +270,7 @@ def flat_reduce_kernel(x, use_minmax, lo, hi):
     tid = cuda.threadIdx.x
     stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
     i = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(tid)
-    a = _KEY_HI
-    b = _KEY_LO if use_minmax else _ZERO_KEY
-    if use_minmax:
-        while i < n:
-            key = order_key(x[i])
-            a = min(a, key)
-            b = max(b, key)
-            i += stride
-    else:
-        while i < n:
-            b = max(b, abs_bits(x[i]))
-            i += stride
+    a, b = _fold_keys(x, i, n, stride, use_minmax, _KEY_HI, _KEY_LO if use_minmax else _ZERO_KEY)
     slo[tid] = a
     shi[tid] = b
     cuda.syncthreads()
