@@ -364,9 +364,10 @@ def dynamic_block_quant(x: npt.ArrayLike, block_sizes: dict, num_bits: int | tup
     """
     x = device_float_input(x)
     if "scale_bits" in block_sizes:
-        raise ValueError("block_sizes with scale_bits is not supported by dynamic_block_quant; use "
-                         "nbquant.quantize_nf4 (num_bits=4 with double quantization of the scales), "
-                         "nbquant.quantize_nvfp4 or nbquant.quantize_mx")
+        raise ValueError(f"block_sizes={block_sizes!r}: scale_bits is not supported by dynamic_block_quant "
+                         "(modelopt runs it on CUDA only, see docs/dynamic.md); use nbquant.quantize_nf4 (4-bit "
+                         "with double quantization of the scales), nbquant.quantize_nvfp4 or nbquant.quantize_mx, "
+                         "and .dequantize() for a fake-quantized tensor")
     layout = block_sizes_to_layout(tuple(x.shape), block_sizes)
     axis = layout.axis if layout.kind == "blocked" else None
     bs = layout.block[layout.axis] if layout.kind == "blocked" else layout.block
