@@ -19,16 +19,7 @@ from .backends import (
     set_backend,
     use_backend,
 )
-from .block_formats import (
-    MX_FORMATS,
-    BlockQuantized,
-    NF4Quantized,
-    dequantize_mx,
-    dequantize_nvfp4,
-    quantize_mx,
-    quantize_nf4,
-    quantize_nvfp4,
-)
+from .block_formats import MX_FORMATS, BlockQuantized, dequantize_mx, dequantize_nvfp4, quantize_mx, quantize_nvfp4
 from .calibration import HistogramCalibrator, MaxCalibrator
 from .dynamic import choose_qparams, quantize_dynamic
 from .formats import FORMATS, QuantFormat, get_format
@@ -42,6 +33,7 @@ from .modelopt_ops import (
     scaled_e4m3,
     tensor_quant,
 )
+from .nf4 import NF4Quantized, quantize_nf4
 
 __version__ = "0.1.0"
 

@@ -7,10 +7,11 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from . import modes
 from .backends import device_code_input, device_float_input, device_result, is_device_array, resolve_backend
 from .formats import QuantFormat, get_format
 from .layout import resolve_layout
-from .spec import SCALE_DIVIDE, SCALE_MULTIPLY, DequantizeSpec, QuantizeSpec
+from .spec import DequantizeSpec, QuantizeSpec
 from .validation import (
     check_choice,
     check_float_format_arguments,
@@ -153,7 +154,7 @@ def quantize(
         result = np.empty(shape, out_dtype)
     else:
         result = check_out(out, shape, out_dtype, inputs=(x,))
-    spec = QuantizeSpec(fmt, layout, qmin, qmax, SCALE_DIVIDE if op == "divide" else SCALE_MULTIPLY,
+    spec = QuantizeSpec(fmt, layout, qmin, qmax, modes.ScaleOp.DIVIDE if op == "divide" else modes.ScaleOp.MULTIPLY,
                         order == "before_rounding", packed, bool(saturate))
     impl = resolve_backend(backend, (x, result))
     if x.size:

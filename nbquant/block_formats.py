@@ -22,7 +22,7 @@ copy.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import ml_dtypes
@@ -30,51 +30,27 @@ import numpy as np
 import numpy.typing as npt
 
 from .backends import (
-    BackendUnavailableError,
     device_code_input,
-    device_copy,
     device_float_input,
     device_result,
-    host_array,
     is_device_array,
     resolve_backend,
 )
-from .formats import QuantFormat, get_format
+from .formats import get_format
+from .spec import BlockSpec
 from .validation import check_choice, check_out_dtype
 
-__all__ = ["MX_FORMATS", "BlockQuantized", "NF4Quantized", "quantize_mx", "dequantize_mx", "quantize_nvfp4",
-           "dequantize_nvfp4", "quantize_nf4"]
+__all__ = ["MX_FORMATS", "BlockQuantized", "quantize_mx", "dequantize_mx", "quantize_nvfp4", "dequantize_nvfp4"]
 
 #: MX format name → (element format, emax of the element format).
 MX_FORMATS: dict[str, tuple[str, int]] = {
-    "mxfp8_e4m3": ("float8_e4m3fn", 8),
-    "mxfp8_e5m2": ("float8_e5m2", 15),
-    "mxfp6_e2m3": ("float6_e2m3fn", 2),
-    "mxfp6_e3m2": ("float6_e3m2fn", 4),
-    "mxfp4": ("float4_e2m1fn", 2),
-    "mxint8": ("int8", 0),
+    name: (element, get_format(element).emax)
+    for name, element in (("mxfp8_e4m3", "float8_e4m3fn"), ("mxfp8_e5m2", "float8_e5m2"),
+                          ("mxfp6_e2m3", "float6_e2m3fn"), ("mxfp6_e3m2", "float6_e3m2fn"),
+                          ("mxfp4", "float4_e2m1fn"), ("mxint8", "int8"))
 }
 _MXINT8_MAX = 127 / 64
 _NVFP4_GLOBAL_DIVISOR = np.float32(6.0 * 448.0)
-
-
-@dataclass(frozen=True)
-class BlockSpec:
-    """What a backend needs to run a block-format kernel (rows, n) with blocks along the last axis."""
-
-    element: QuantFormat
-    block_size: int
-    packed: bool
-    emax: int = 0
-    max_value: float = 0.0
-    round_up: bool = False
-    global_scale: float = 1.0
-    out_dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float32))
-
-    @property
-    def max_mantissa(self) -> int:
-        """Mantissa bits (float32) of the element format's largest value."""
-        return int(np.array([self.max_value], np.float32).view(np.uint32)[0]) & 0x7FFFFF
 
 
 @dataclass(frozen=True)
@@ -125,15 +101,7 @@ class BlockQuantized:
                              packed=self.packed, out_dtype=out_dtype, backend=backend)
 
 
-def _block_impl(backend: str | None, arrays, op: str):
-    impl = resolve_backend(backend, arrays)
-    if not hasattr(impl, op):
-        raise BackendUnavailableError(f"backend {impl.name!r} has no {op.split('_')[0].upper()} kernels yet; "
-                                      "use backend='cpu' or 'reference'")
-    return impl
-
-
-def _check_blocking(shape: tuple[int, ...], axis, block_size, packed: bool) -> tuple[int, int]:
+def check_blocking(shape: tuple[int, ...], axis, block_size, packed: bool) -> tuple[int, int]:
     try:
         k = operator.index(axis)
         b = operator.index(block_size)
@@ -178,7 +146,7 @@ def _moved_shape(shape: tuple[int, ...], axis: int, last: int) -> tuple[int, ...
     return tuple(n for d, n in enumerate(shape) if d != axis) + (last,)
 
 
-def _empty(shape: tuple[int, ...], dtype, device: bool):
+def empty_result(shape: tuple[int, ...], dtype, device: bool):
     return device_result(None, shape, dtype) if device else np.empty(shape, dtype)
 
 
@@ -188,8 +156,8 @@ def _run_block_quantize(kernel, x, spec: BlockSpec, axis: int):
     n, b = shape[axis], spec.block_size
     rows = _to_rows(x, axis)
     device = is_device_array(x)
-    codes = _empty((rows.shape[0], n // 2 if spec.packed else n), np.uint8, device)
-    scales = _empty((rows.shape[0], n // b), np.uint8, device)
+    codes = empty_result((rows.shape[0], n // 2 if spec.packed else n), np.uint8, device)
+    scales = empty_result((rows.shape[0], n // b), np.uint8, device)
     if rows.size:
         kernel(rows, spec, codes, scales)
     return (_from_rows(codes, _moved_shape(shape, axis, codes.shape[1]), axis),
@@ -199,7 +167,7 @@ def _run_block_quantize(kernel, x, spec: BlockSpec, axis: int):
 def _run_block_dequantize(kernel, data, scales, spec: BlockSpec, axis: int, n: int):
     """Run a block-dequantize ``kernel`` with blocks along ``axis`` (unpacked length ``n``)."""
     codes = _to_rows(data.view(np.uint8), axis)
-    out = _empty((codes.shape[0], n), spec.out_dtype, is_device_array(data))
+    out = empty_result((codes.shape[0], n), spec.out_dtype, is_device_array(data))
     if out.size:
         kernel(codes, _to_rows(scales.view(np.uint8), axis), spec, out)
     return _from_rows(out, _moved_shape(tuple(data.shape), axis, n), axis)
@@ -267,8 +235,8 @@ def quantize_mx(
     if packed is None:
         packed = name == "mxfp4"
     spec = _mx_spec(name, block_size, packed, rounding == "ceil")
-    k, b = _check_blocking(tuple(x.shape), axis, block_size, spec.packed)
-    impl = _block_impl(backend, (x,), "mx_quantize")
+    k, b = check_blocking(tuple(x.shape), axis, block_size, spec.packed)
+    impl = resolve_backend(backend, (x,))
     data, scales = _run_block_quantize(impl.mx_quantize, x, spec, k)
     if not spec.packed:
         data = data.view(spec.element.dtype)
@@ -285,7 +253,7 @@ def _check_codes(data, scales, spec: BlockSpec, axis, block_size, scale_dtype) -
         raise TypeError(f"data has dtype {data.dtype}; {spec.element.name} codes need {expected}")
     if scales.dtype != np.dtype(scale_dtype) and scales.dtype != np.uint8:
         raise TypeError(f"scales has dtype {scales.dtype}; expected {np.dtype(scale_dtype)} (or its uint8 bits)")
-    k, b = _check_blocking(tuple(data.shape), axis, 1, False)
+    k, b = check_blocking(tuple(data.shape), axis, 1, False)
     n = data.shape[k] * (2 if spec.packed else 1)
     try:
         b = operator.index(block_size)
@@ -333,7 +301,7 @@ def dequantize_mx(
     spec = _mx_spec(name, 1, name == "mxfp4" if packed is None else packed, out_dtype=check_out_dtype(out_dtype))
     data, scales, k, b, n = _check_codes(data, scales, spec, axis, block_size, ml_dtypes.float8_e8m0fnu)
     spec = BlockSpec(spec.element, b, spec.packed, spec.emax, spec.max_value, False, 1.0, spec.out_dtype)
-    impl = _block_impl(backend, (data,), "mx_dequantize")
+    impl = resolve_backend(backend, (data,))
     return _run_block_dequantize(impl.mx_dequantize, data, scales, spec, k, n)
 
 
@@ -381,8 +349,8 @@ def quantize_nvfp4(
     (np.float32(0.002232143), array([448.], dtype=float32), array([161,  116], dtype=uint8))
     """
     x = device_float_input(x)
-    k, b = _check_blocking(tuple(x.shape), axis, block_size, True)
-    impl = _block_impl(backend, (x,), "nvfp4_quantize")
+    k, b = check_blocking(tuple(x.shape), axis, block_size, True)
+    impl = resolve_backend(backend, (x,))
     g = _global_scale(impl, x, global_scale)
     spec = BlockSpec(get_format("float4_e2m1fn"), b, True, global_scale=g)
     data, scales = _run_block_quantize(impl.nvfp4_quantize, x, spec, k)
@@ -410,155 +378,10 @@ def dequantize_nvfp4(
     """
     spec = BlockSpec(get_format("float4_e2m1fn"), 1, True, out_dtype=check_out_dtype(out_dtype))
     data, scales, k, b, n = _check_codes(data, scales, spec, axis, block_size, ml_dtypes.float8_e4m3fn)
-    impl = _block_impl(backend, (data,), "nvfp4_dequantize")
+    impl = resolve_backend(backend, (data,))
     g = np.asarray(global_scale, dtype=np.float32)
     if g.size != 1:
         raise ValueError(f"global_scale must be one value (the float32 per-tensor scale); got shape {g.shape}")
     g = np.float32(g.reshape(()))
     spec = BlockSpec(spec.element, b, True, global_scale=g, out_dtype=spec.out_dtype)
     return _run_block_dequantize(impl.nvfp4_dequantize, data, scales, spec, k, n)
-
-
-# --- NF4 with double quantization (modelopt NF4QTensor) ------------------------------------------
-
-
-@dataclass(frozen=True)
-class NF4Quantized:
-    """NF4 codes with per-block scales, optionally double-quantized (modelopt ``NF4QTensor``).
-
-    Attributes
-    ----------
-    data : numpy.ndarray
-        uint8, two 4-bit table indices per byte over the flattened input, the first
-        element in the HIGH nibble (modelopt's layout).
-    scales : numpy.ndarray
-        float32 per-block ``amax``; int8 when double-quantized.
-    shape : tuple of int
-        The input's shape.
-    block_size : int
-        Elements per scale (over the flattened input).
-    double_scales : numpy.ndarray or None
-        float32, one per ``scale_block_size`` scales: ``q_scale = rne((s - mean) * double_scale)``.
-    scale_mean : numpy.float32 or None
-        The mean subtracted from every scale before its int8 quantization.
-    """
-
-    data: np.ndarray
-    scales: np.ndarray
-    shape: tuple[int, ...]
-    block_size: int
-    double_scales: np.ndarray | None = None
-    scale_mean: np.float32 | None = None
-
-    def block_scales(self) -> np.ndarray:
-        """The float32 per-block scales (dequantized: ``q / double_scale + mean`` when double-quantized)."""
-        if self.double_scales is None:
-            return self.scales
-        groups = host_array(self.scales).reshape(host_array(self.double_scales).size, -1).astype(np.float32)
-        return (groups / host_array(self.double_scales)[:, None] + self.scale_mean).reshape(-1)
-
-    def dequantize(self, out_dtype: npt.DTypeLike = np.float32, backend: str | None = None) -> np.ndarray:
-        """``table[code] * scale`` per block, in the input's shape.
-
-        Examples
-        --------
-        >>> import numpy as np, nbquant
-        >>> nq = nbquant.quantize_nf4(np.array([1.0, -0.5, 0.25, 0.0], np.float32), block_size=4)
-        >>> nq.data, nq.dequantize()
-        (array([242, 167], dtype=uint8), array([ 1.        , -0.5234375 ,  0.24609375,  0.        ], dtype=float32))
-        """
-        spec = BlockSpec(get_format("uint4"), self.block_size, True, out_dtype=check_out_dtype(out_dtype))
-        impl = _block_impl(backend, (self.data,), "nf4_dequantize")
-        n = int(np.prod(self.shape, dtype=np.int64))
-        out = _empty((1, n), spec.out_dtype, is_device_array(self.data))
-        if n:
-            scales = self.block_scales()
-            impl.nf4_dequantize(self.data.reshape((1, n // 2)), scales.reshape((1, int(scales.size))), spec, out)
-        return out.reshape(self.shape)
-
-
-def _double_quantize(scales: np.ndarray, scale_block_size: int, scale_bits: int):
-    """modelopt ``NF4QTensor.double_quantization`` on the float32 block scales (small: 1/block of the data).
-
-    ``mean`` is the float64 mean rounded to float32 (torch sums in float32, so the mean
-    may differ in its last bit); ``double_scale = fl(fl(1 / amax) * maxbound)`` per
-    scale block as torch evaluates ``maxbound / amax``; a scale block whose centred
-    scales are all zero gets double scale 1 (modelopt divides by zero there).
-    """
-    maxbound = np.float32(2 ** (scale_bits - 1) - 1)
-    mean = np.float32(np.mean(scales, dtype=np.float64))
-    centred = (scales - mean).reshape(-1, scale_block_size)
-    amax = np.max(np.abs(centred), axis=1)
-    with np.errstate(divide="ignore"):
-        double = np.where(amax > 0, (np.float32(1) / amax) * maxbound, np.float32(1)).astype(np.float32)
-    q = np.clip(np.rint(centred * double[:, None]), -maxbound, maxbound)
-    return np.where(np.isnan(q), 0, q).astype(np.int8).reshape(-1), double, mean
-
-
-def quantize_nf4(
-    x: npt.ArrayLike,
-    *,
-    block_size: int = 64,
-    scale_block_size: int | None = None,
-    scale_bits: int = 8,
-    backend: str | None = None,
-) -> NF4Quantized:
-    """NF4 quantization with optional double quantization of the scales (modelopt ``NF4QTensor``).
-
-    Over the flattened input, each block of ``block_size`` elements gets ``amax``
-    (max ``|x|``) and each element the index of the NF4 table entry nearest to
-    ``x / amax`` (the first on a tie); one fused pass. With ``scale_block_size``, the
-    block scales are then centred on their mean and quantized to ``scale_bits``-bit
-    integers per group of ``scale_block_size`` (``QuantDescriptor(num_bits=4,
-    block_sizes={-1: 64, "scale_bits": 8, "scale_block_sizes": {-1: 256}})``).
-
-    Parameters
-    ----------
-    x : array_like
-        float32, float16, bfloat16 or float64; ``x.size`` a multiple of ``block_size``.
-        A CUDA device array stays on its device; the result then holds device arrays.
-    block_size : int
-        Elements per scale (even).
-    scale_block_size : int, optional
-        Scales per double-quantization group; the number of blocks must be a multiple.
-    scale_bits : int
-        Bits of the quantized scales (2..8).
-    backend : str, optional
-
-    Returns
-    -------
-    NF4Quantized
-
-    Examples
-    --------
-    >>> import numpy as np, nbquant
-    >>> x = np.linspace(-1, 1, 256, dtype=np.float32)
-    >>> nq = nbquant.quantize_nf4(x, block_size=16, scale_block_size=4)
-    >>> nq.scales.dtype, nq.double_scales.shape
-    (dtype('int8'), (4,))
-    """
-    x = device_float_input(x)
-    _, b = _check_blocking((int(x.size),), 0, block_size, True)
-    if scale_block_size is not None:
-        nblocks = x.size // b
-        sb = scale_block_size
-        if isinstance(sb, bool) or not isinstance(sb, (int, np.integer)) or sb < 1 or nblocks % sb:
-            raise ValueError(f"scale_block_size={scale_block_size!r} must be a positive int dividing the number of "
-                             f"blocks, {nblocks} (x.size={x.size} / block_size={b})")
-        if not isinstance(scale_bits, int) or not 2 <= scale_bits <= 8:
-            raise ValueError(f"scale_bits={scale_bits!r} must be an int from 2 to 8")
-    impl = _block_impl(backend, (x,), "nf4_quantize")
-    spec = BlockSpec(get_format("uint4"), b, True)
-    device = is_device_array(x)
-    n = int(x.size)
-    codes = _empty((1, n // 2), np.uint8, device)
-    scales = _empty((1, n // b), np.float32, device)
-    if n:
-        impl.nf4_quantize(x.reshape((1, n)), spec, codes, scales)
-    if scale_block_size is None:
-        return NF4Quantized(codes.reshape(n // 2), scales.reshape(n // b), tuple(x.shape), b)
-    # Double quantization works on the scales (1/block_size of the data) on the host.
-    q, double, mean = _double_quantize(host_array(scales).reshape(-1), sb, scale_bits)
-    if device:
-        q, double = device_copy(q), device_copy(double)
-    return NF4Quantized(codes.reshape(n // 2), q, tuple(x.shape), b, double, mean)

@@ -28,9 +28,9 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from .backends import device_float_input, host_array, is_device_array
+from .backends import device_float_input, host_array, is_device_array, resolve_backend
 from .layout import resolve_layout
-from .modelopt_ops import _backend_module, reduce_amax
+from .modelopt_ops import reduce_amax
 
 __all__ = ["MaxCalibrator", "HistogramCalibrator"]
 
@@ -123,7 +123,7 @@ class HistogramCalibrator:
             counts = np.zeros(nbins, np.int64)
             counts[0] = x.size
         else:
-            counts = _backend_module(self.backend, x, "abs_histogram").abs_histogram(x, nbins, top)
+            counts = resolve_backend(self.backend, (x,)).abs_histogram(x, nbins, top)
         if self.skip_zeros:
             counts[0] -= self._zeros(x)
         return counts
@@ -135,7 +135,7 @@ class HistogramCalibrator:
         # Two bins over [0, smallest subnormal]: |x| = 0 lands in bin 0, the smallest subnormal in bin 1,
         # everything larger (and NaN) is skipped.
         tiny = np.float32(np.finfo(np.float32).smallest_subnormal)
-        return int(_backend_module(self.backend, x, "abs_histogram").abs_histogram(x, 2, tiny)[0])
+        return int(resolve_backend(self.backend, (x,)).abs_histogram(x, 2, tiny)[0])
 
     def collect(self, x: npt.ArrayLike) -> None:
         """Add one batch: ``bin = int(|x| * nbins / top)`` (float32), the right edge in the last bin."""

@@ -10,65 +10,26 @@ then a quantize pass (per-tensor, per-channel, 2-D blocks). The result is bit fo
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from .backends import device_copy, device_float_input, device_result, is_device_array, resolve_backend
-from .formats import QuantFormat, get_format
+from .formats import get_format
 from .layout import BlockLayout, resolve_layout
-from .spec import SCALE_DIVIDE, SCALE_MULTIPLY, QuantizeSpec
+from .modes import Mapping, ScaleOp
+from .spec import DynamicSpec
 from .validation import check_choice, check_quant_range
 
-__all__ = ["choose_qparams", "quantize_dynamic", "Mapping", "DynamicSpec"]
+__all__ = ["choose_qparams", "quantize_dynamic", "MappingName"]
 
-Mapping = Literal["symmetric", "asymmetric", "symmetric_no_clipping_err", "modelopt"]
-_MAPPINGS = ("symmetric", "asymmetric", "symmetric_no_clipping_err", "modelopt")
+MappingName = Literal["symmetric", "asymmetric", "symmetric_no_clipping_err", "modelopt"]
+#: The public names of :class:`~nbquant.modes.Mapping`.
+_MAPPINGS = {"symmetric": Mapping.SYMMETRIC, "asymmetric": Mapping.ASYMMETRIC,
+             "symmetric_no_clipping_err": Mapping.SYMMETRIC_NO_CLIPPING_ERR, "modelopt": Mapping.MODELOPT}
 #: torchao 0.18's default eps: float32's smallest normal.
 DEFAULT_EPS = float(np.finfo(np.float32).smallest_normal)
-
-
-@dataclass(frozen=True)
-class DynamicSpec:
-    """A validated dynamic-quantization call, as the backends see it.
-
-    ``mapping``: 0 symmetric, 1 asymmetric, 2 symmetric_no_clipping_err, 3 modelopt.
-    ``use_minmax``: the block reduction needs min and max (else the absmax suffices).
-    ``reciprocal``: quantize with ``x * fl(1 / scale)``; ``scale_op`` is the
-    :data:`~nbquant.spec.SCALE_DIVIDE` / ``SCALE_MULTIPLY`` code of the static quantize.
-    """
-
-    format: QuantFormat
-    layout: BlockLayout
-    mapping: int
-    qmin: int
-    qmax: int
-    half_range: float
-    eps: float
-    zp_sym: int
-    maxbound: float
-    scale_op: int
-    reciprocal: bool
-    packed: bool
-
-    @property
-    def use_minmax(self) -> bool:
-        return self.mapping in (1, 2)
-
-    @property
-    def quantize_spec(self) -> QuantizeSpec:
-        op = SCALE_MULTIPLY if self.reciprocal else self.scale_op
-        return QuantizeSpec(self.format, self.layout, self.qmin, self.qmax, op, False, self.packed, True)
-
-    @property
-    def public_scale_op(self) -> str:
-        """The ``scale_op`` to pass to :func:`nbquant.quantize` with the returned scale."""
-        if self.reciprocal:
-            return "reciprocal"
-        return "multiply" if self.scale_op == SCALE_MULTIPLY else "divide"
 
 
 def _check_eps(eps) -> float:
@@ -90,12 +51,11 @@ def make_spec(x_shape, dtype, axis, block_size, mapping, quant_min, quant_max, e
     if fmt.is_float:
         raise ValueError(f"dtype={fmt.name!r} is a floating-point format; choose_qparams and quantize_dynamic "
                          "compute integer qparams (int8, uint8, int16, uint16, int4, uint4, int2, uint2). For "
-                         "scaled fp8 use nbquant.scaled_fake_quant or nbquant.quantize_mx")
+                         "scaled fp8 use nbquant.scaled_e4m3 or nbquant.quantize_mx")
     layout = resolve_layout(x_shape, axis, block_size)
-    name = check_choice("mapping", mapping, _MAPPINGS)
-    code = _MAPPINGS.index(name)
+    code = _MAPPINGS[check_choice("mapping", mapping, tuple(_MAPPINGS))]
     if narrow_range is None:
-        narrow_range = code == 3
+        narrow_range = code == Mapping.MODELOPT
     if not isinstance(narrow_range, (bool, np.bool_)):
         raise TypeError(f"narrow_range={narrow_range!r} must be True, False or None")
     if narrow_range and (quant_min is not None):
@@ -103,20 +63,20 @@ def make_spec(x_shape, dtype, axis, block_size, mapping, quant_min, quant_max, e
     qmin, qmax = check_quant_range(fmt, quant_min, quant_max)
     if narrow_range and fmt.signed:
         qmin = -qmax
-    if code == 2 and not (qmin < 0 < qmax):
+    if code == Mapping.SYMMETRIC_NO_CLIPPING_ERR and not (qmin < 0 < qmax):
         raise ValueError(f"mapping='symmetric_no_clipping_err' needs quant_min < 0 < quant_max; got "
                          f"[{qmin}, {qmax}] for {fmt.name}: use a signed format or mapping='symmetric'")
-    if code == 3:
+    if code == Mapping.MODELOPT:
         if quant_max is not None or (quant_min is not None):
             raise ValueError("mapping='modelopt' takes its range from the format and narrow_range; "
                              f"leave quant_min/quant_max unset (got {quant_min!r}, {quant_max!r})")
         if scale_op not in (None, "multiply"):
             raise ValueError(f"scale_op={scale_op!r} is not allowed with mapping='modelopt', whose scale is a "
                              "multiplier (maxbound / amax); use scale_op='multiply' or leave it unset")
-        op, reciprocal = SCALE_MULTIPLY, False
+        op, reciprocal = ScaleOp.MULTIPLY, False
     else:
         op_name = check_choice("scale_op", "reciprocal" if scale_op is None else scale_op, ("reciprocal", "divide"))
-        op, reciprocal = SCALE_DIVIDE, op_name == "reciprocal"
+        op, reciprocal = ScaleOp.DIVIDE, op_name == "reciprocal"
     if not isinstance(packed, (bool, np.bool_)):
         raise TypeError(f"packed={packed!r} must be True or False")
     if packed:
@@ -138,25 +98,13 @@ def _param_shape(layout: BlockLayout, block_size) -> tuple[int, ...]:
     return tuple(g for g in layout.grid if g != 1)
 
 
-def _backend_op(backend, x, op: str):
-    impl = resolve_backend(backend, (x,))
-    module = {"cpu": "nbquant.backends.cpu_dynamic", "reference": "nbquant.backends.reference_dynamic",
-              "cuda": "nbquant.backends._cuda"}.get(impl.name)
-    if module is None or not hasattr(importlib.import_module(module), op):
-        from .backends import BackendUnavailableError
-
-        raise BackendUnavailableError(f"backend {impl.name!r} has no {op} kernels yet; use backend='cpu' or "
-                                      "'reference'")
-    return impl, importlib.import_module(module)
-
-
 def choose_qparams(
     x: npt.ArrayLike,
     dtype: str | npt.DTypeLike,
     *,
     axis: int | None = None,
     block_size: int | tuple[int, ...] | None = None,
-    mapping: Mapping = "symmetric",
+    mapping: MappingName = "symmetric",
     quant_min: int | None = None,
     quant_max: int | None = None,
     eps: float | None = None,
@@ -232,15 +180,25 @@ def choose_qparams(
                      False)
     shape = _param_shape(spec.layout, block_size)
     if x.size == 0:
-        scale = np.full(spec.layout.grid, np.float32(spec.eps) if spec.mapping != 3 else np.float32(1))
-        zp = np.full(spec.layout.grid, spec.qmin if spec.mapping == 1 else (0 if spec.mapping == 3 else spec.zp_sym),
-                     np.int32)
+        modelopt = spec.mapping == Mapping.MODELOPT
+        scale = np.full(spec.layout.grid, np.float32(1) if modelopt else np.float32(spec.eps))
+        zp = np.full(spec.layout.grid, spec.qmin if spec.mapping == Mapping.ASYMMETRIC else (0 if modelopt else
+                                                                                             spec.zp_sym), np.int32)
         scale, zp = (device_copy(scale), device_copy(zp)) if device else (scale, zp)
     else:
-        _, mod = _backend_op(backend, x, "choose_qparams")
         scale, zp = _qparams_arrays(spec.layout.grid, device)
-        mod.choose_qparams(x, spec, scale, zp)
+        resolve_backend(backend, (x,)).choose_qparams(x, spec, scale, zp)
     return scale.reshape(shape), zp.reshape(shape)
+
+
+def _quantize_with_qparams(impl, x, spec: DynamicSpec, out, scale: np.ndarray, zp: np.ndarray) -> None:
+    """Quantize ``x`` with host block-grid qparams through the backend's static quantize (the second pass)."""
+    grid = spec.layout.grid
+    s = scale.reshape(grid).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if spec.reciprocal:
+            s = np.float32(1) / s
+        impl.quantize(x, s, zp.reshape(grid).astype(np.float32), spec.quantize_spec, out)
 
 
 def _qparams_arrays(grid: tuple[int, ...], device: bool):
@@ -256,7 +214,7 @@ def quantize_dynamic(
     *,
     axis: int | None = None,
     block_size: int | tuple[int, ...] | None = None,
-    mapping: Mapping = "symmetric",
+    mapping: MappingName = "symmetric",
     quant_min: int | None = None,
     quant_max: int | None = None,
     eps: float | None = None,
@@ -310,18 +268,15 @@ def quantize_dynamic(
                               quant_max=quant_max, eps=eps, narrow_range=narrow_range, scale_op=scale_op,
                               backend=backend)
         return device_result(None, shape, code_dtype) if device else np.empty(shape, code_dtype), s, z
-    impl, mod = _backend_op(backend, x, "quantize_dynamic")
+    impl = resolve_backend(backend, (x,))
     codes = device_result(None, shape, code_dtype) if device else np.empty(shape, code_dtype)
     scale, zp = _qparams_arrays(spec.layout.grid, device)
     store = codes.view(np.uint8 if spec.packed else fmt.storage)
-    if not mod.quantize_dynamic(x, spec, store, scale, zp):
-        from .backends.reference_dynamic import quantize_with_qparams
-
+    if not impl.quantize_dynamic(x, spec, store, scale, zp):
         # Two passes: the block-grid qparams (on the host, small), then the backend's static quantize kernel.
         s_host, z_host = _qparams_arrays(spec.layout.grid, False)
-        mod.choose_qparams(x, spec, s_host, z_host)
-        with np.errstate(divide="ignore"):
-            quantize_with_qparams(impl.quantize, x, spec, store, s_host, z_host)
+        impl.choose_qparams(x, spec, s_host, z_host)
+        _quantize_with_qparams(impl, x, spec, store, s_host, z_host)
         scale, zp = (device_copy(s_host), device_copy(z_host)) if device else (s_host, z_host)
     pshape = _param_shape(spec.layout, block_size)
     return codes, scale.reshape(pshape), zp.reshape(pshape)

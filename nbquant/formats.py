@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from .modes import NanRule
+
 __all__ = ["QuantFormat", "FORMATS", "get_format"]
 
 
@@ -37,8 +39,9 @@ class QuantFormat:
     ebits, mbits : int
         Exponent and mantissa bits of a floating-point format (0 for integers).
     max_code, overflow_code, nan_code, nan_flips_sign, nan_rule : int
-        Floating-point encoding rules, see :func:`nbquant.element.encode_minifloat`
-        and :func:`nbquant.element.decode_minifloat`.
+        Floating-point encoding rules (derived from ml_dtypes), see
+        :func:`nbquant.element.encode_minifloat` and :func:`nbquant.element.decode_minifloat`;
+        ``nan_rule`` is a :class:`~nbquant.modes.NanRule`.
 
     Examples
     --------
@@ -70,6 +73,11 @@ class QuantFormat:
         """The tuple kernels take for a floating-point format (see ``quantize_float_value``)."""
         return (self.ebits, self.mbits, self.max_code, self.overflow_code, self.nan_code,
                 self.nan_flips_sign, self.nan_rule)
+
+    @property
+    def emax(self) -> int:
+        """The exponent of the largest finite value (OCP MX's ``emax``; 0 for integer formats)."""
+        return int(ml_dtypes.finfo(self.dtype).maxexp) - 1 if self.is_float else 0
 
     @property
     def max_value(self) -> float:
@@ -123,6 +131,37 @@ def _row(name: str, dtype, bits: int, signed: bool) -> QuantFormat:
     return QuantFormat(name, np.dtype(dtype), bits, signed)
 
 
+def _float_row(name: str) -> QuantFormat:
+    """A floating-point element format whose encoding facts are read off ``ml_dtypes``.
+
+    Bits, exponent and mantissa widths come from ``ml_dtypes.finfo``; the codes of the
+    largest finite value, of an overflow (ml_dtypes' cast of ``+inf``) and of NaN (with
+    the sign ml_dtypes gives ``+NaN``) come from ml_dtypes' own casts, and the NaN rule
+    from decoding the all-ones codes.
+    """
+    dtype = np.dtype(getattr(ml_dtypes, name))
+    info = ml_dtypes.finfo(dtype)
+    magnitude = (1 << (info.bits - 1)) - 1
+
+    def code_of(value: float) -> int:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return int(np.array([value], np.float32).astype(dtype).view(np.uint8)[0]) & ((1 << info.bits) - 1)
+
+    def value_of(code: int) -> float:
+        return float(np.array([code], np.uint8).view(dtype).astype(np.float32)[0])
+
+    all_ones_exponent = ((1 << info.nexp) - 1) << info.nmant
+    if np.isinf(value_of(all_ones_exponent)):
+        nan_rule = NanRule.IEEE
+    elif np.isnan(value_of(magnitude)):
+        nan_rule = NanRule.ALL_ONES_NAN
+    else:
+        nan_rule = NanRule.ALL_FINITE
+    nan = code_of(np.nan)
+    return QuantFormat(name, dtype, info.bits, True, info.nexp, info.nmant, code_of(float(info.max)),
+                       code_of(np.inf) & magnitude, nan & magnitude, nan >> (info.bits - 1), int(nan_rule))
+
+
 FORMATS: dict[str, QuantFormat] = {
     f.name: f
     for f in (
@@ -134,12 +173,7 @@ FORMATS: dict[str, QuantFormat] = {
         _row("uint4", ml_dtypes.uint4, 4, False),
         _row("int2", ml_dtypes.int2, 2, True),
         _row("uint2", ml_dtypes.uint2, 2, False),
-        # name, dtype, bits, signed, ebits, mbits, max, overflow (not saturating), NaN, NaN flips sign, NaN rule
-        QuantFormat("float8_e4m3fn", np.dtype(ml_dtypes.float8_e4m3fn), 8, True, 4, 3, 0x7E, 0x7F, 0x7F, 0, 1),
-        QuantFormat("float8_e5m2", np.dtype(ml_dtypes.float8_e5m2), 8, True, 5, 2, 0x7B, 0x7C, 0x7E, 0, 2),
-        QuantFormat("float6_e2m3fn", np.dtype(ml_dtypes.float6_e2m3fn), 6, True, 2, 3, 0x1F, 0x1F, 0, 1, 0),
-        QuantFormat("float6_e3m2fn", np.dtype(ml_dtypes.float6_e3m2fn), 6, True, 3, 2, 0x1F, 0x1F, 0, 1, 0),
-        QuantFormat("float4_e2m1fn", np.dtype(ml_dtypes.float4_e2m1fn), 4, True, 2, 1, 0x7, 0x7, 0, 1, 0),
+        *map(_float_row, ("float8_e4m3fn", "float8_e5m2", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn")),
     )
 }
 

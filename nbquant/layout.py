@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["BlockLayout", "resolve_layout", "canonical_dims", "param_grid", "canonical_views"]
+__all__ = ["BlockLayout", "resolve_layout", "canonical_dims", "param_grid", "canonical_views", "row_blocks"]
 
 
 @dataclass(frozen=True)
@@ -238,3 +238,25 @@ def canonical_views(layout: BlockLayout, data: list[np.ndarray], params: list[np
     for idx in np.ndindex(*(n for n, _ in lead)):
         gidx = tuple(i // b for i, (_, b) in zip(idx, lead, strict=True))
         yield [v[idx] for v in views], [p[gidx] for p in pviews], blocks
+
+
+def row_blocks(layout: BlockLayout) -> tuple[int, int, int] | None:
+    """``(rows, C, bc)`` when every block lies inside one row of the last canonical dimension, else None.
+
+    Such layouts (per-row, per-group, ONNX blocks along the last axis) are what the
+    fused one-pass dynamic kernels take.
+
+    Examples
+    --------
+    >>> row_blocks(resolve_layout((4, 64), block_size=(1, 32)))   # rows merge: 1 row of 256, blocks of 32
+    (1, 256, 32)
+    >>> row_blocks(resolve_layout((4, 64), axis=1)) is None
+    True
+    """
+    dims = canonical_dims(layout.shape, layout.block)
+    if not dims:
+        return None
+    *outer, (columns, bc) = dims
+    if any(b != 1 for _, b in outer):
+        return None
+    return int(np.prod([n for n, _ in outer], dtype=np.int64)), columns, bc

@@ -17,15 +17,12 @@ per block (modelopt's dynamic quantization, ``reduce_amax``).
 
 from __future__ import annotations
 
-import importlib
 import operator
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from .backends import (
-    BackendUnavailableError,
     device_copy,
     device_float_input,
     device_result,
@@ -33,8 +30,9 @@ from .backends import (
     is_device_array,
     resolve_backend,
 )
-from .formats import QuantFormat, get_format
+from .formats import get_format
 from .layout import BlockLayout, param_grid, resolve_layout
+from .spec import NO_FLOAT_FORMAT, AmaxSpec, DynamicSpec
 from .validation import FLOAT_INPUT_DTYPES
 
 __all__ = [
@@ -50,30 +48,6 @@ __all__ = [
 ]
 
 _FLOAT_BITS = {(4, 3): "float8_e4m3fn", (5, 2): "float8_e5m2", (2, 1): "float4_e2m1fn"}
-
-
-@dataclass(frozen=True)
-class AmaxSpec:
-    """A validated amax-based quantizer: integer (``qmin``/``qmax``/``maxbound``) or minifloat (``fp``)."""
-
-    format: QuantFormat | None
-    layout: BlockLayout
-    is_float: bool
-    maxbound: float
-    qmin: int
-    qmax: int
-    fp: tuple[int, ...]
-
-
-def _backend_module(backend, x, op: str):
-    impl = resolve_backend(backend, (x,))
-    name = {"cpu": "nbquant.backends.cpu_dynamic", "reference": "nbquant.backends.reference_dynamic",
-            "cuda": "nbquant.backends._cuda"}.get(impl.name)
-    mod = importlib.import_module(name) if name else None
-    if mod is None or not hasattr(mod, op):
-        raise BackendUnavailableError(f"backend {impl.name!r} has no {op} kernels yet; use backend='cpu' or "
-                                      "'reference'")
-    return mod
 
 
 def _out_dtype(x) -> np.dtype:
@@ -94,11 +68,8 @@ def _negative_min(x, backend) -> bool:
     """modelopt's unsigned check ``x.min() < 0``: False when ``x`` holds a NaN (the min propagates it)."""
     if not is_device_array(x):
         return bool(x.min() < 0)
-    from .dynamic import DynamicSpec
-
-    spec = DynamicSpec(get_format("int8"), resolve_layout(tuple(x.shape)), 1, -128, 127, 127.5, 1.0, 0, 127.0, 0,
-                       False, False)
-    keys = np.concatenate(_backend_module(backend, x, "fake_quant_amax")._reduce_grid(x, spec)).astype(np.int64)
+    spec = DynamicSpec.reduction(resolve_layout(tuple(x.shape)), use_minmax=True)
+    keys = np.concatenate(resolve_backend(backend, (x,)).reduce_keys(x, spec)).astype(np.int64)
     bits = np.where(keys >= 0, keys, (-keys - 1) | 0x80000000).astype(np.uint32)  # order keys -> float32 bits
     lo, hi = bits.view(np.float32)
     return not (np.isnan(lo) or np.isnan(hi)) and bool(lo < 0)
@@ -118,7 +89,7 @@ def _int_spec(num_bits, unsigned, narrow_range, layout) -> AmaxSpec:
             raise TypeError(f"{arg}={v!r} must be True or False")
     maxbound = (1 << (n - 1 + int(unsigned))) - 1
     minbound = 0 if unsigned else (-maxbound if narrow_range else -maxbound - 1)
-    return AmaxSpec(None, layout, False, float(maxbound), minbound, maxbound, (0, 0, 0, 0, 0, 0, 0))
+    return AmaxSpec(None, layout, False, float(maxbound), minbound, maxbound, NO_FLOAT_FORMAT)
 
 
 def _float_spec(num_bits, layout) -> AmaxSpec:
@@ -217,14 +188,7 @@ def _reduce_amax(x, layout: BlockLayout, backend) -> np.ndarray:
     """The float32 amax grid of ``x`` (host or device) on the host."""
     if x.size == 0:
         return np.zeros(layout.grid, np.float32)
-    mod = _backend_module(backend, x, "fake_quant_amax")
-    from .dynamic import DynamicSpec
-
-    spec = DynamicSpec(get_format("int8"), layout, 0, -128, 127, 127.5, 1.0, 0, 127.0, 0, False, False)
-    if hasattr(mod, "_reduce_grid"):
-        _, hi = mod._reduce_grid(x, spec)
-    else:
-        _, hi = mod.reduce_keys(x, spec)
+    _, hi = resolve_backend(backend, (x,)).reduce_keys(x, DynamicSpec.reduction(layout))
     return np.asarray(hi, np.int64).astype(np.uint32).view(np.float32).reshape(layout.grid)
 
 
@@ -244,7 +208,7 @@ def _fake(x, amax, num_bits, unsigned, narrow_range, axis, block_size, backend, 
     out = _empty_like_input(x, _out_dtype(x))
     code_arr = _empty_like_input(x, np.float32) if codes else None
     if x.size:
-        _backend_module(backend, x, "fake_quant_amax").fake_quant_amax(x, grid, spec, out, code_arr)
+        resolve_backend(backend, (x,)).fake_quant_amax(x, grid, spec, out, code_arr)
     return out, code_arr, grid, spec
 
 
@@ -414,7 +378,7 @@ def fake_affine_tensor_quant(x: npt.ArrayLike, min_range: float, max_range: floa
     _, _, step, qz, minb, maxb = _affine_params(min_range, max_range, num_bits)
     out = _empty_like_input(x, _out_dtype(x))
     if x.size:
-        _backend_module(backend, x, "fake_affine").fake_affine(x, step, qz, minb, maxb, out)
+        resolve_backend(backend, (x,)).fake_affine(x, step, qz, minb, maxb, out)
     return out
 
 
@@ -445,7 +409,7 @@ def fake_tensor_quant_backward(grad_output: npt.ArrayLike, x: npt.ArrayLike, ama
     grid = _amax_grid(x, amax, layout, backend)
     out = _empty_like_input(x, _out_dtype(g))
     if x.size:
-        _backend_module(backend, x, "ste_backward").ste_backward(g, x, -grid, grid, layout, out)
+        resolve_backend(backend, (x,)).ste_backward(g, x, -grid, grid, layout, out)
     return out
 
 
@@ -465,6 +429,6 @@ def fake_affine_tensor_quant_backward(grad_output: npt.ArrayLike, x: npt.ArrayLi
     layout = resolve_layout(tuple(x.shape))
     out = _empty_like_input(x, _out_dtype(g))
     if x.size:
-        _backend_module(backend, x, "ste_backward").ste_backward(
+        resolve_backend(backend, (x,)).ste_backward(
             g, x, np.full(layout.grid, lo, np.float32), np.full(layout.grid, hi, np.float32), layout, out)
     return out

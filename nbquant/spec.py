@@ -1,37 +1,42 @@
-"""Validated, backend-neutral descriptions of one quantize or dequantize call."""
+"""Validated, backend-neutral descriptions of one call: the contract between the front doors and the backends.
+
+The front doors (:mod:`nbquant.api`, :mod:`nbquant.block_formats`,
+:mod:`nbquant.dynamic`, :mod:`nbquant.modelopt_ops`) validate their arguments into
+one of these frozen dataclasses; every :class:`~nbquant.backends.interface.Backend`
+operation takes one. Nothing here imports numba.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .formats import QuantFormat
+from .formats import QuantFormat, get_format
 from .layout import BlockLayout
+from .modes import Mapping, ScaleOp
 
-__all__ = ["QuantizeSpec", "DequantizeSpec", "SCALE_DIVIDE", "SCALE_MULTIPLY"]
+__all__ = ["QuantizeSpec", "DequantizeSpec", "BlockSpec", "DynamicSpec", "AmaxSpec", "NO_FLOAT_FORMAT"]
 
-#: ``QuantizeSpec.scale_op`` codes, shared with :mod:`nbquant.element` (defined here so that the API
-#: and the reference backend need not import numba).
-SCALE_DIVIDE = 0
-SCALE_MULTIPLY = 1
+#: The format tuple kernels take where a call has no floating-point format (integer paths).
+NO_FLOAT_FORMAT = (0, 0, 0, 0, 0, 0, 0)
 
 
 @dataclass(frozen=True)
 class QuantizeSpec:
     """Everything a backend needs besides the arrays to run a quantize kernel.
 
-    ``scale_op`` is :data:`~nbquant.element.SCALE_DIVIDE` or ``SCALE_MULTIPLY`` (a
-    reciprocal scale arrives already inverted); ``zero_point_before`` adds the zero
-    point before rounding instead of after. ``saturate`` applies to floating-point
-    formats: overflow clamps to the largest finite value instead of NaN/inf.
+    ``scale_op`` is a :class:`~nbquant.modes.ScaleOp` (a reciprocal scale arrives
+    already inverted); ``zero_point_before`` adds the zero point before rounding
+    instead of after. ``saturate`` applies to floating-point formats: overflow clamps
+    to the largest finite value instead of NaN/inf.
     """
 
     format: QuantFormat
     layout: BlockLayout
     qmin: int
     qmax: int
-    scale_op: int
+    scale_op: ScaleOp
     zero_point_before: bool
     packed: bool
     saturate: bool = True
@@ -49,3 +54,102 @@ class DequantizeSpec:
     layout: BlockLayout
     packed: bool
     out_dtype: np.dtype
+
+
+@dataclass(frozen=True)
+class BlockSpec:
+    """A block-format kernel call (MX, NVFP4, NF4) on (rows, n) arrays with blocks along the last axis.
+
+    ``emax``/``max_value``/``round_up`` describe the MX element format and scale
+    rounding; ``global_scale`` is NVFP4's per-tensor scale.
+    """
+
+    element: QuantFormat
+    block_size: int
+    packed: bool
+    emax: int = 0
+    max_value: float = 0.0
+    round_up: bool = False
+    global_scale: float = 1.0
+    out_dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float32))
+
+    @property
+    def max_mantissa(self) -> int:
+        """Mantissa bits (float32) of the element format's largest value."""
+        return int(np.array([self.max_value], np.float32).view(np.uint32)[0]) & 0x7FFFFF
+
+    @property
+    def fp(self) -> tuple[int, ...]:
+        """The element format tuple (:data:`NO_FLOAT_FORMAT` for MXINT8)."""
+        return self.element.fp_params if self.element.is_float else NO_FLOAT_FORMAT
+
+
+@dataclass(frozen=True)
+class DynamicSpec:
+    """A validated dynamic-quantization call, as the backends see it.
+
+    ``reciprocal``: quantize with ``x * fl(1 / scale)``; ``scale_op`` is the
+    :class:`~nbquant.modes.ScaleOp` of the equivalent static quantize.
+    """
+
+    format: QuantFormat
+    layout: BlockLayout
+    mapping: Mapping
+    qmin: int
+    qmax: int
+    half_range: float
+    eps: float
+    zp_sym: int
+    maxbound: float
+    scale_op: ScaleOp
+    reciprocal: bool
+    packed: bool
+
+    @classmethod
+    def reduction(cls, layout: BlockLayout, use_minmax: bool = False) -> DynamicSpec:
+        """A spec that only drives a block reduction: absmax bits, or min/max keys with ``use_minmax``."""
+        mapping = Mapping.ASYMMETRIC if use_minmax else Mapping.SYMMETRIC
+        return cls(get_format("int8"), layout, mapping, -128, 127, 127.5, 1.0, 0, 127.0, ScaleOp.DIVIDE, False,
+                   False)
+
+    @property
+    def use_minmax(self) -> bool:
+        """Whether the block reduction needs min and max (else the absmax suffices)."""
+        return self.mapping.uses_min_and_max
+
+    @property
+    def kernel_scale_op(self) -> ScaleOp:
+        """How the codes apply the scale: a reciprocal is applied as a multiplier."""
+        return ScaleOp.MULTIPLY if self.reciprocal else self.scale_op
+
+    @property
+    def quantize_spec(self) -> QuantizeSpec:
+        """The static quantize that, given the returned qparams, gives the same codes."""
+        return QuantizeSpec(self.format, self.layout, self.qmin, self.qmax, self.kernel_scale_op, False, self.packed,
+                            True)
+
+    @property
+    def public_scale_op(self) -> str:
+        """The ``scale_op`` to pass to :func:`nbquant.quantize` with the returned scale."""
+        if self.reciprocal:
+            return "reciprocal"
+        return "multiply" if self.scale_op == ScaleOp.MULTIPLY else "divide"
+
+    def qparams_arguments(self) -> tuple:
+        """The qparams arguments of the compiled kernels (``element.block_qparams`` after the keys)."""
+        return (self.use_minmax, int(self.mapping), np.float32(self.qmin), np.float32(self.qmax),
+                np.float32(self.half_range), np.float32(self.eps), np.float32(self.zp_sym),
+                np.float32(self.maxbound))
+
+
+@dataclass(frozen=True)
+class AmaxSpec:
+    """A validated amax-based (modelopt) quantizer: integer (``qmin``/``qmax``/``maxbound``) or minifloat (``fp``)."""
+
+    format: QuantFormat | None
+    layout: BlockLayout
+    is_float: bool
+    maxbound: float
+    qmin: int
+    qmax: int
+    fp: tuple[int, ...]

@@ -33,15 +33,15 @@ def calls(monkeypatch):
     """Record which backend module ran each quantize / dequantize call."""
     seen: list[str] = []
     for name in ("reference", "cpu"):
-        module = importlib.import_module(f"nbquant.backends.{name}")
+        backend = importlib.import_module(f"nbquant.backends.{name}").BACKEND
         for fn in ("quantize", "dequantize"):
-            original = getattr(module, fn)
+            original = getattr(backend, fn)
 
             def spy(*args, _original=original, _name=name, **kwargs):
                 seen.append(_name)
                 return _original(*args, **kwargs)
 
-            monkeypatch.setattr(module, fn, spy)
+            monkeypatch.setattr(backend, fn, spy)
     return seen
 
 
@@ -65,10 +65,12 @@ def test_reference_backend_runs_without_numba():
 
 
 def test_scale_op_codes_agree_with_the_element_functions():
+    """The spec and the element functions share one ScaleOp enum, and its members are distinct codes."""
     from nbquant import element, spec
+    from nbquant.element import affine
 
-    assert (spec.SCALE_DIVIDE, spec.SCALE_MULTIPLY) == (element.SCALE_DIVIDE, element.SCALE_MULTIPLY)
-    assert spec.SCALE_DIVIDE != spec.SCALE_MULTIPLY
+    assert spec.ScaleOp is affine.ScaleOp and element.scaled is affine.scaled
+    assert spec.ScaleOp.DIVIDE != spec.ScaleOp.MULTIPLY
 
 
 # --- backends() ------------------------------------------------------------------------------------
@@ -205,12 +207,22 @@ def test_results_do_not_depend_on_how_the_backend_was_chosen(backend):
 # --- the CPU kernel cache ---------------------------------------------------------------------------
 
 
+def _kernel_sources_digest() -> bytes:
+    """SHA-256 of every module the cpu kernels inline: the element package and the cpu package."""
+    root = Path(importlib.import_module("nbquant").__file__).parent
+    digest = hashlib.sha256()
+    for package in (root / "element", root / "backends" / "cpu"):
+        for path in sorted(package.glob("*.py")):
+            digest.update(path.read_bytes())
+    return digest.digest()
+
+
 def test_cpu_kernel_cache_stamp_includes_the_element_source():
-    cpu = importlib.import_module("nbquant.backends.cpu")
-    element = importlib.import_module("nbquant.element")
-    digest = hashlib.sha256(Path(element.__file__).read_bytes()).digest()
-    assert cpu._KERNELS
-    for kernel in cpu._KERNELS:
+    importlib.import_module("nbquant.backends.cpu")
+    cpu = importlib.import_module("nbquant.backends.cpu._kernel")
+    digest = _kernel_sources_digest()
+    assert cpu.KERNELS
+    for kernel in cpu.KERNELS:
         stamp = kernel._cache._cache_file._source_stamp
         assert isinstance(stamp, tuple) and stamp[-1] == digest, kernel
         # numba's own stamp of the kernel's file is kept alongside
@@ -219,7 +231,7 @@ def test_cpu_kernel_cache_stamp_includes_the_element_source():
 
 def test_cpu_kernel_cache_misses_when_the_element_source_changes(monkeypatch):
     """The on-disk index written under the current stamp is not loaded under another element.py digest."""
-    cpu = importlib.import_module("nbquant.backends.cpu")
+    cpu = importlib.import_module("nbquant.backends.cpu.static")
     nbquant.quantize(np.ones(4, np.float32), 1.0, "int8", backend="cpu")  # compiled (or loaded) and indexed
     cache_file = cpu.quantize_kernel._cache._cache_file
     assert cache_file._load_index(), "the cpu kernel cache index should exist after a call"
@@ -229,8 +241,10 @@ def test_cpu_kernel_cache_misses_when_the_element_source_changes(monkeypatch):
 
 
 def test_every_cached_cpu_kernel_is_stamped():
-    """A new cached kernel that is missing from ``_KERNELS`` would run stale code after an element.py edit."""
-    cpu = importlib.import_module("nbquant.backends.cpu")
-    cached = [v for v in vars(cpu).values()
+    """A new cached kernel that is missing from ``KERNELS`` would run stale code after an element.py edit."""
+    importlib.import_module("nbquant.backends.cpu")
+    registry_ = importlib.import_module("nbquant.backends.cpu._kernel")
+    cached = [v for name in ("static", "blocks", "dynamic", "modelopt")
+              for v in vars(importlib.import_module(f"nbquant.backends.cpu.{name}")).values()
               if isinstance(v, Dispatcher) and hasattr(getattr(v, "_cache", None), "_cache_file")]
-    assert cached and set(cached) == set(cpu._KERNELS)
+    assert cached and set(cached) == set(registry_.KERNELS)

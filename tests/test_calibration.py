@@ -46,7 +46,7 @@ def test_histogram_matches_reference(backend, skip_zeros):
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_histogram_kernel_special_values(backend, dtype):
     """The kernel over several work units and chunks (odd size): bin edges, runs of zeros, NaN, ±inf, above top."""
-    from nbquant.modelopt_ops import _backend_module
+    from nbquant.backends import resolve_backend
 
     nbins, top = 64, np.float32(8.0)
     n = 5 * 2048 + 7 if backend != "cuda" else 2 * 64 + 7  # the simulator runs threads in Python
@@ -57,8 +57,8 @@ def test_histogram_kernel_special_values(backend, dtype):
     x[90:94] = [np.nan, np.inf, -np.inf, -0.0]
     x[94:97] = [np.nextafter(top, np.float32(9)), -top, np.nextafter(np.float32(0.125), np.float32(0))]
     x = x.astype(dtype)
-    got = _backend_module(backend, x, "abs_histogram").abs_histogram(x, nbins, top)
-    ref = _backend_module("reference", x, "abs_histogram").abs_histogram(x, nbins, top)
+    got = resolve_backend(backend, (x,)).abs_histogram(x, nbins, top)
+    ref = resolve_backend("reference", (x,)).abs_histogram(x, nbins, top)
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got, ref)
     v = np.abs(x.astype(np.float32))

@@ -85,7 +85,10 @@ def test_explicit_cuda_without_a_gpu_raises_with_the_reason():
 
 
 def test_launch_config_covers_rows_and_columns():
-    from nbquant.backends._cuda import MAX_BLOCKS, THREADS, launch_config
+    if CUDA.reason.startswith("numba-cuda is not installed"):
+        pytest.skip(CUDA.reason)
+    from nbquant.backends.cuda.runtime import MAX_BLOCKS, THREADS
+    from nbquant.backends.cuda.runtime import grid_for_rows as launch_config
 
     (gx, gy), t = launch_config(1, 1 << 28, simulator=False)
     assert (gy, t) == (1, THREADS) and gx == MAX_BLOCKS
@@ -293,7 +296,7 @@ def test_stream_is_used(cuda):
 
 def test_every_launched_signature_is_in_the_ptx_check(cuda):
     """The PTX check compiles all_signatures(); every launch of this process must be one of them."""
-    from nbquant.backends import _cuda
+    from nbquant.backends.cuda import runtime as _cuda
 
     rng = np.random.default_rng(5)
     for dtype in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16):
@@ -308,7 +311,8 @@ def test_every_launched_signature_is_in_the_ptx_check(cuda):
 
 def test_block_format_launches_are_in_the_ptx_check(cuda):
     """MX/NVFP4/NF4 quantize and dequantize and amax launch only signatures that the PTX check compiles."""
-    from nbquant.backends import _cuda
+    from nbquant.backends.cuda import blocks as _cuda_blocks
+    from nbquant.backends.cuda import runtime as _cuda
 
     x = np.random.default_rng(7).standard_normal((2, 32)).astype(np.float32)
     for dtype in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16):
@@ -319,17 +323,21 @@ def test_block_format_launches_are_in_the_ptx_check(cuda):
         for bq in bqs:
             for out_dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
                 bq.dequantize(out_dtype, backend="cuda")
-    blocks = {k for k, _ in _cuda._cuda_blocks.all_block_signatures()}
+    block_signatures = [(k.name, s) for k in vars(_cuda_blocks).values() if isinstance(k, _cuda.CudaKernel)
+                        for s in k.signatures()]
+    blocks = {k for k, _ in block_signatures}
     mine = {(k, s) for k, s in _cuda.launched if k in blocks}
-    assert len(mine) == len(_cuda._cuda_blocks.all_block_signatures()), mine
+    assert len(mine) == len(block_signatures), mine
     assert mine <= set(_cuda.all_signatures())
 
 
 def test_block_entry_points_take_device_arrays(cuda):
-    """The cuda block entry points accept numba device arrays (in and out) and match cpu_blocks bit for bit."""
-    from nbquant.backends import _cuda, cpu_blocks
-    from nbquant.block_formats import BlockSpec, _mx_spec
+    """The cuda block entry points accept numba device arrays (in and out) and match the cpu's bit for bit."""
+    from nbquant.backends.cpu import BACKEND as cpu_blocks
+    from nbquant.backends.cuda import BACKEND as _cuda
+    from nbquant.block_formats import _mx_spec
     from nbquant.formats import get_format
+    from nbquant.spec import BlockSpec
 
     rng = np.random.default_rng(8)
     x = (rng.standard_normal((3, 32)) * 8).astype(ml_dtypes.bfloat16)

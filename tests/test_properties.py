@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from nbquant.backends.reference import _expand
+from nbquant.backends.reference.static import expand as _expand
 from nbquant.formats import FORMATS
 from nbquant.layout import param_grid, resolve_layout
 

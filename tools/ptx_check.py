@@ -1,6 +1,6 @@
 """Compile every CUDA kernel signature nbquant launches to PTX and SASS, without a GPU.
 
-For each ``(kernel, signature)`` in :func:`nbquant.backends._cuda.all_signatures` and
+For each ``(kernel, signature)`` in :func:`nbquant.backends.cuda.runtime.all_signatures` and
 each target architecture, this runs ``numba.cuda.compile_ptx`` (NVVM from the pip
 ``nvidia-nvvm`` wheel) and then ``ptxas -arch=sm_XY -v`` from the pip
 ``nvidia-cuda-nvcc`` wheel of the same CUDA minor (never ``/usr/local/cuda``). It fails
@@ -81,10 +81,10 @@ def _compile_signature(index: int, arches: list[int]):
     """Worker: PTX of signature ``index`` of ``all_signatures()`` for each arch (or the error)."""
     from numba import cuda, types
 
-    from nbquant.backends import _cuda as backend
+    from nbquant.backends.cuda import runtime
 
-    name, sig = backend.all_signatures()[index]
-    fn = backend.kernel_function(name)
+    name, sig = runtime.all_signatures()[index]
+    fn = runtime.KERNELS[name].fn
     label = f"{name}({sig.args[0].dtype}->{sig.args[-1].dtype})"
     per_arch = []
     for arch in arches:
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     import numba
     from numba import cuda
 
-    from nbquant.backends import _cuda as backend
+    from nbquant.backends.cuda import runtime
 
     version = subprocess.run([str(ptxas), "--version"], capture_output=True, text=True).stdout.strip().splitlines()
     nvvm = cuda.cudadrv.nvvm.NVVM().get_version()
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     failures: list[str] = []
     jobs = []
-    count = len(backend.all_signatures())
+    count = len(runtime.all_signatures())
     with tempfile.TemporaryDirectory() as tmp:
         # NVVM runs per (signature, arch); spread the signatures over processes (numba's compiler is serial).
         ctx = multiprocessing.get_context("spawn")

@@ -1,4 +1,4 @@
-"""Array views and launch sizes shared by the compiled backends (cpu, cuda)."""
+"""Host-side array views shared by the compiled backends (cpu, cuda); numba-free."""
 
 from __future__ import annotations
 
@@ -6,10 +6,6 @@ import ml_dtypes
 import numpy as np
 
 _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-
-#: Elements of one row handled by one parallel work unit.
-ROW_TILE = 1 << 16
-
 
 def kernel_float_view(x: np.ndarray) -> np.ndarray:
     """View float16 as uint16 and bfloat16 as int16 bits (kernels decode them by type)."""
@@ -29,8 +25,6 @@ def output_float_like(dtype: np.dtype):
     return np.float32(0)
 
 
-def row_tile(columns: int, codes_per_byte: int) -> int:
-    """Columns per work unit: the whole row up to :data:`ROW_TILE`, a multiple of the packing."""
-    if columns <= ROW_TILE:
-        return max(columns, 1)
-    return ROW_TILE - ROW_TILE % codes_per_byte
+def float32_from_bits(bits: int) -> np.float32:
+    """The float32 whose IEEE bits are ``bits`` (a reduction's result)."""
+    return np.array([bits], np.uint32).view(np.float32)[0]

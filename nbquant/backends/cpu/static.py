@@ -1,72 +1,41 @@
-"""The CPU backend: Numba ``njit(parallel=True, cache=True)`` kernels.
+"""CPU static quantize and dequantize: Numba ``njit(parallel=True)`` loops over the canonical layout.
 
 Kernels loop over the canonical ``(P, R, C)`` layout from
 :func:`nbquant.layout.canonical_views`: parallel over work units of one row tile,
 rows outer, a contiguous inner loop per scale block so the element functions
 vectorize. The scale of a block is read once per block; no index is divided per
 element. All numerics live in :mod:`nbquant.element`.
-
-Importing this module sets ``OMP_WAIT_POLICY=PASSIVE`` unless the environment
-already sets it; the OpenMP runtime reads it when the first parallel kernel runs.
-With GNU OpenMP's default policy (Numba's usual threading layer) idle workers spin,
-and each small call cost 8-16 ms instead of 0.1 ms on a shared 2-core machine
-(docs/performance.md). It has no effect if OpenMP was already started.
 """
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
-from ..element import (
-    SCALE_DIVIDE,
-    SCALE_MULTIPLY,
+from ...element import (
     code_bits,
     code_value,
-    decode_minifloat,
     dequantize_value,
+    element_function,
+    float_value,
+    pack_byte_codes,
+    pack_field,
+    pack_pair,
     quantize_float_value,
     quantize_value,
     store_float,
+    unpack_field,
 )
-from ..layout import canonical_views
-from ._cache import stamp_cache_with_element_source
-from ._views import kernel_float_view, output_float_like, row_tile
-from .cpu_blocks import (  # noqa: F401
-    amax,
-    mx_dequantize,
-    mx_quantize,
-    nf4_dequantize,
-    nf4_quantize,
-    nvfp4_dequantize,
-    nvfp4_quantize,
-)
-
-name = "cpu"
-
-# Read by the OpenMP runtime when the first parallel kernel starts it, so setting it here is in time.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-_KERNEL_OPTIONS = dict(parallel=True, cache=True, error_model="numpy", nogil=True)
-
-
-@njit(inline="always")
-def _unit(unit, ntiles, tile, R, C, bp, br):
-    """Coordinates of one work unit: ``(p, r)`` row, its scale row ``(sp, sr)``, columns ``[c, end)``."""
-    row = unit // ntiles
-    c = (unit - row * ntiles) * tile
-    p = row // R
-    r = row - p * R
-    return p, r, p // bp, r // br, c, min(c + tile, C)
-
+from ...layout import canonical_views
+from ...modes import ScaleOp
+from .._views import kernel_float_view, output_float_like
+from ._kernel import cpu_kernel, row_tile, work_unit
 
 # Inner loops index slices from 0: a loop index that starts elsewhere keeps Numba's
 # negative-index wraparound check alive and stops vectorization (5x slower).
 
 
-@njit(**_KERNEL_OPTIONS)
+@cpu_kernel
 def quantize_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, mask, bp, br, bc, tile, out):
     """Quantize ``x`` (P, R, C) into unsigned code storage ``out`` (P, R, C).
 
@@ -75,7 +44,7 @@ def quantize_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, mask,
     P, R, C = x.shape
     ntiles = (C + tile - 1) // tile
     for unit in prange(P * R * ntiles):
-        p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         if bc == 1:
             quantize_columns(x[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], out[p, r, c:end], scale_op,
                              zp_before, qmin, qmax, mask)
@@ -95,67 +64,49 @@ def quantize_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, mask,
 # (a float32 divide costs more than the memory traffic on two cores).
 
 
-@njit(inline="always")
+@element_function
 def _quantize_block(xs, os, s, z, scale_op, zp_before, qmin, qmax, mask):
     """Codes of one scale block ``xs`` into ``os``."""
     for i in range(xs.size):
         os[i] = code_bits(quantize_value(xs[i], s, z, scale_op, zp_before, qmin, qmax), mask)
 
 
-@njit(inline="always")
+@element_function
 def _quantize_columns(xs, ss, zs, os, scale_op, zp_before, qmin, qmax, mask):
     """Codes of ``xs`` with one scale and zero point per element (``ss``, ``zs``) into ``os``."""
     for i in range(xs.size):
         os[i] = code_bits(quantize_value(xs[i], ss[i], zs[i], scale_op, zp_before, qmin, qmax), mask)
 
 
-@njit(inline="always")
+@element_function
 def quantize_block(xs, os, s, z, scale_op, zp_before, qmin, qmax, mask):
     """:func:`_quantize_block` compiled per scale op."""
-    if scale_op == SCALE_MULTIPLY:
-        _quantize_block(xs, os, s, z, SCALE_MULTIPLY, zp_before, qmin, qmax, mask)
+    if scale_op == ScaleOp.MULTIPLY:
+        _quantize_block(xs, os, s, z, ScaleOp.MULTIPLY, zp_before, qmin, qmax, mask)
     else:
-        _quantize_block(xs, os, s, z, SCALE_DIVIDE, zp_before, qmin, qmax, mask)
+        _quantize_block(xs, os, s, z, ScaleOp.DIVIDE, zp_before, qmin, qmax, mask)
 
 
-@njit(inline="always")
+@element_function
 def quantize_columns(xs, ss, zs, os, scale_op, zp_before, qmin, qmax, mask):
     """:func:`_quantize_columns` compiled per scale op."""
-    if scale_op == SCALE_MULTIPLY:
-        _quantize_columns(xs, ss, zs, os, SCALE_MULTIPLY, zp_before, qmin, qmax, mask)
+    if scale_op == ScaleOp.MULTIPLY:
+        _quantize_columns(xs, ss, zs, os, ScaleOp.MULTIPLY, zp_before, qmin, qmax, mask)
     else:
-        _quantize_columns(xs, ss, zs, os, SCALE_DIVIDE, zp_before, qmin, qmax, mask)
+        _quantize_columns(xs, ss, zs, os, ScaleOp.DIVIDE, zp_before, qmin, qmax, mask)
 
 
 #: Codes a packing kernel quantizes into a byte buffer (in L1) before packing them in one loop.
 PACK_CHUNK = 4096
 
 
-@njit(inline="always")
-def pack_codes(words16, words32, os, nbits):
-    """Pack byte codes into ``os``, the first code in the low bits: 2 (4-bit) or 4 (2-bit) per byte.
-
-    The codes are read as little-endian uint16 (``words16``) or uint32 (``words32``)
-    words of one buffer, one word per output byte, so the loop is contiguous and
-    vectorizes; packing straight from the floats needs strided reads that do not.
-    """
-    if nbits == 4:
-        for j in range(os.size):
-            w = words16[j]
-            os[j] = (w & 0x0F) | ((w >> 4) & 0xF0)
-    else:
-        for j in range(os.size):
-            w = words32[j]
-            os[j] = (w & 0x03) | ((w >> 6) & 0x0C) | ((w >> 12) & 0x30) | ((w >> 18) & 0xC0)
-
-
-@njit(**_KERNEL_OPTIONS)
+@cpu_kernel
 def quantize_packed_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, nbits, bp, br, bc, tile, out):
     """Quantize ``x`` (P, R, C) into packed bytes ``out`` (P, R, C / k), first code in the low bits.
 
     A work unit quantizes its tile in chunks of :data:`PACK_CHUNK` codes into a byte
     buffer (per scale block, or per column when ``bc == 1``; blocks need not cover
-    whole bytes), then packs each chunk with :func:`pack_codes`. ``bc == 1`` needs
+    whole bytes), then packs each chunk with :func:`~nbquant.element.pack_byte_codes`. ``bc == 1`` needs
     ``zp`` of the scale's shape (zeros when absent).
     """
     P, R, C = x.shape
@@ -163,7 +114,7 @@ def quantize_packed_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax
     mask = (1 << nbits) - 1
     ntiles = (C + tile - 1) // tile
     for unit in prange(P * R * ntiles):
-        p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         codes = np.empty(PACK_CHUNK, np.uint8)
         words16 = codes.view(np.uint16)
         words32 = codes.view(np.uint32)
@@ -183,11 +134,11 @@ def quantize_packed_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax
                     if b_end == (g + 1) * bc:
                         g += 1
                     b = b_end
-            pack_codes(words16, words32, out[p, r, c >> kshift:stop >> kshift], nbits)
+            pack_byte_codes(words16, words32, out[p, r, c >> kshift:stop >> kshift], nbits)
             c = stop
 
 
-@njit(**_KERNEL_OPTIONS)
+@cpu_kernel
 def dequantize_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
     """Dequantize unsigned code storage ``q`` (P, R, C) into ``out`` (float storage like ``like``).
 
@@ -196,7 +147,7 @@ def dequantize_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, lik
     P, R, C = q.shape
     ntiles = (C + tile - 1) // tile
     for unit in prange(P * R * ntiles):
-        p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         if bc == 1:
             qs, ss, zs, os = q[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], out[p, r, c:end]
             for i in range(qs.size):
@@ -214,24 +165,23 @@ def dequantize_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, lik
             g += 1
 
 
-@njit(inline="always")
+@element_function
 def _dequantize_bytes(qs, os, s, z, nbits, signed, like):
     """Unpack and dequantize the bytes ``qs`` of one scale block into ``os`` (4-bit or 2-bit codes)."""
     if nbits == 4:
         for j in range(qs.size):
             byte = qs[j]
-            os[2 * j] = store_float(dequantize_value(code_value(byte, 4, signed), s, z), like)
-            os[2 * j + 1] = store_float(dequantize_value(code_value(byte >> 4, 4, signed), s, z), like)
+            os[2 * j] = store_float(dequantize_value(code_value(unpack_field(byte, 0, 4), 4, signed), s, z), like)
+            os[2 * j + 1] = store_float(dequantize_value(code_value(unpack_field(byte, 1, 4), 4, signed), s, z), like)
     else:
         for j in range(qs.size):
             byte = qs[j]
-            os[4 * j] = store_float(dequantize_value(code_value(byte, 2, signed), s, z), like)
-            os[4 * j + 1] = store_float(dequantize_value(code_value(byte >> 2, 2, signed), s, z), like)
-            os[4 * j + 2] = store_float(dequantize_value(code_value(byte >> 4, 2, signed), s, z), like)
-            os[4 * j + 3] = store_float(dequantize_value(code_value(byte >> 6, 2, signed), s, z), like)
+            for t in range(4):
+                code = code_value(unpack_field(byte, t, 2), 2, signed)
+                os[4 * j + t] = store_float(dequantize_value(code, s, z), like)
 
 
-@njit(**_KERNEL_OPTIONS)
+@cpu_kernel
 def dequantize_packed_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
     """Dequantize packed bytes ``q`` (P, R, C / k) into ``out`` (P, R, C); blocks as in the packed quantize."""
     P, R, C = out.shape
@@ -240,7 +190,7 @@ def dequantize_packed_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, ti
     aligned = bc % k == 0 or bc >= C
     ntiles = (C + tile - 1) // tile
     for unit in prange(P * R * ntiles):
-        p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         g = c // bc
         if aligned:
             while c < end:
@@ -260,23 +210,18 @@ def dequantize_packed_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, ti
                     g += 1
                     left = bc
                 z = zp[sp, sr, g] if has_zp else np.float32(0)
-                v = dequantize_value(code_value(byte >> (t * nbits), nbits, signed), scale[sp, sr, g], z)
+                v = dequantize_value(code_value(unpack_field(byte, t, nbits), nbits, signed), scale[sp, sr, g], z)
                 os[j * k + t] = store_float(v, like)
                 left -= 1
 
 
-@njit(inline="always")
-def _float_value(code, scale, fp):
-    return decode_minifloat(code, fp[0], fp[1], fp[6]) * np.float32(scale)
-
-
-@njit(**_KERNEL_OPTIONS)
+@cpu_kernel
 def quantize_float_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, tile, out):
     """Encode ``x / scale`` (P, R, C) as floating-point codes ``out`` (P, R, C), one per byte."""
     P, R, C = x.shape
     ntiles = (C + tile - 1) // tile
     for unit in prange(P * R * ntiles):
-        p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         g = c // bc
         while c < end:
             stop = min((g + 1) * bc, end)
@@ -288,7 +233,7 @@ def quantize_float_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, tile, ou
             g += 1
 
 
-@njit(inline="always")
+@element_function
 def _next_scale_block(g, left, bc):
     """Advance a running block index: ``left`` codes remain in block ``g``; returns the block of the next code."""
     if left == 0:
@@ -296,7 +241,7 @@ def _next_scale_block(g, left, bc):
     return g, left - 1
 
 
-@njit(**_KERNEL_OPTIONS)
+@cpu_kernel
 def quantize_float_packed_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, tile, out):
     """Encode ``x / scale`` (P, R, C) as packed 4-bit (2 per byte) or 6-bit (4 in 3 bytes) floating-point codes.
 
@@ -308,7 +253,7 @@ def quantize_float_packed_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, t
     m = 3 if six else 1
     ntiles = (C + tile - 1) // tile
     for unit in prange(P * R * ntiles):
-        p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         g = c // bc
         left = (g + 1) * bc - c
         xs, os = x[p, r, c:end], out[p, r, c // k * m:end // k * m]
@@ -322,32 +267,32 @@ def quantize_float_packed_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, t
                 c2 = quantize_float_value(xs[4 * j + 2], scale[sp, sr, g], scale_op, fp, saturate)
                 g, left = _next_scale_block(g, left, bc)
                 c3 = quantize_float_value(xs[4 * j + 3], scale[sp, sr, g], scale_op, fp, saturate)
-                os[3 * j] = (c0 | (c1 << 6)) & 0xFF
-                os[3 * j + 1] = ((c1 >> 2) | (c2 << 4)) & 0xFF
-                os[3 * j + 2] = ((c2 >> 4) | (c3 << 2)) & 0xFF
+                word = pack_field(pack_field(pack_field(pack_field(0, c0, 0, 6), c1, 1, 6), c2, 2, 6), c3, 3, 6)
+                for b in range(3):
+                    os[3 * j + b] = unpack_field(word, b, 8)
             else:
-                os[j] = (c0 & 15) | ((c1 & 15) << 4)
+                os[j] = pack_pair(c0, c1)
 
 
-@njit(**_KERNEL_OPTIONS)
+@cpu_kernel
 def dequantize_float_kernel(q, scale, fp, bp, br, bc, tile, like, out):
     """Decode floating-point codes ``q`` (P, R, C) times their scale into ``out``."""
     P, R, C = q.shape
     ntiles = (C + tile - 1) // tile
     for unit in prange(P * R * ntiles):
-        p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         g = c // bc
         while c < end:
             stop = min((g + 1) * bc, end)
             s = scale[sp, sr, g]
             qs, os = q[p, r, c:stop], out[p, r, c:stop]
             for i in range(qs.size):
-                os[i] = store_float(_float_value(qs[i], s, fp), like)
+                os[i] = store_float(float_value(qs[i], s, fp), like)
             c = stop
             g += 1
 
 
-@njit(**_KERNEL_OPTIONS)
+@cpu_kernel
 def dequantize_float_packed_kernel(q, scale, fp, bp, br, bc, tile, like, out):
     """Decode packed 4-bit or 6-bit floating-point codes ``q`` (see the packed quantize) into ``out`` (P, R, C)."""
     P, R, C = out.shape
@@ -356,34 +301,20 @@ def dequantize_float_packed_kernel(q, scale, fp, bp, br, bc, tile, like, out):
     m = 3 if six else 1
     ntiles = (C + tile - 1) // tile
     for unit in prange(P * R * ntiles):
-        p, r, sp, sr, c, end = _unit(unit, ntiles, tile, R, C, bp, br)
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         g = c // bc
         left = (g + 1) * bc - c
         qs, os = q[p, r, c // k * m:end // k * m], out[p, r, c:end]
         for j in range(os.size // k):
             if six:
-                word = np.int64(qs[3 * j]) | (np.int64(qs[3 * j + 1]) << 8) | (np.int64(qs[3 * j + 2]) << 16)
+                word = pack_field(pack_field(pack_field(0, qs[3 * j], 0, 8), qs[3 * j + 1], 1, 8), qs[3 * j + 2], 2, 8)
             else:
                 word = np.int64(qs[j])
             for t in range(k):
                 g, left = _next_scale_block(g, left, bc)
-                code = (word >> (t * (fp[0] + fp[1] + 1))) & ((1 << (fp[0] + fp[1] + 1)) - 1)
-                os[k * j + t] = store_float(_float_value(code, scale[sp, sr, g], fp), like)
+                code = unpack_field(word, t, fp[0] + fp[1] + 1)
+                os[k * j + t] = store_float(float_value(code, scale[sp, sr, g], fp), like)
 
-
-_KERNELS = (
-    quantize_kernel,
-    quantize_packed_kernel,
-    dequantize_kernel,
-    dequantize_packed_kernel,
-    quantize_float_kernel,
-    quantize_float_packed_kernel,
-    dequantize_float_kernel,
-    dequantize_float_packed_kernel,
-)
-
-
-stamp_cache_with_element_source(_KERNELS)
 
 _NO_ZERO_POINT = np.zeros((1, 1, 1), np.float32)
 
@@ -393,42 +324,44 @@ def _zero_points(scale3: np.ndarray, bc: int) -> np.ndarray:
     return np.zeros_like(scale3) if bc == 1 else _NO_ZERO_POINT
 
 
-def quantize(x, scale, zero_point, spec, out) -> None:
-    """Run the quantize kernel over every canonical block of ``x``."""
-    fmt = spec.format
-    group = fmt.pack_group if spec.packed else (1, 1)
-    has_zp = zero_point is not None
-    params = [scale, zero_point] if has_zp else [scale]
-    xk = kernel_float_view(x)
-    for (x3, o3), (s3, *z3), (bp, br, bc) in canonical_views(spec.layout, [xk, out], params, [1, group]):
-        tile = row_tile(x3.shape[2], group[0])
-        if fmt.is_float:
-            kernel = quantize_float_packed_kernel if spec.packed else quantize_float_kernel
-            kernel(x3, s3, spec.scale_op, fmt.fp_params, spec.saturate, bp, br, bc, tile, o3)
-            continue
-        zp3 = z3[0] if has_zp else _zero_points(s3, bc)
-        args = (x3, s3, zp3, has_zp, spec.scale_op, spec.zero_point_before,
-                np.float32(spec.qmin), np.float32(spec.qmax))
-        if spec.packed:
-            quantize_packed_kernel(*args, fmt.bits, bp, br, bc, tile, o3)
-        else:
-            quantize_kernel(*args, fmt.mask, bp, br, bc, tile, o3)
+class StaticOps:
+    """Static quantize and dequantize (:class:`~nbquant.backends.interface.Backend`)."""
 
+    def quantize(self, x, scale, zero_point, spec, out) -> None:
+        """Run the quantize kernel over every canonical block of ``x``."""
+        fmt = spec.format
+        group = fmt.pack_group if spec.packed else (1, 1)
+        has_zp = zero_point is not None
+        params = [scale, zero_point] if has_zp else [scale]
+        xk = kernel_float_view(x)
+        for (x3, o3), (s3, *z3), (bp, br, bc) in canonical_views(spec.layout, [xk, out], params, [1, group]):
+            tile = row_tile(x3.shape[2], group[0])
+            if fmt.is_float:
+                kernel = quantize_float_packed_kernel if spec.packed else quantize_float_kernel
+                kernel(x3, s3, int(spec.scale_op), fmt.fp_params, spec.saturate, bp, br, bc, tile, o3)
+                continue
+            zp3 = z3[0] if has_zp else _zero_points(s3, bc)
+            args = (x3, s3, zp3, has_zp, int(spec.scale_op), spec.zero_point_before,
+                    np.float32(spec.qmin), np.float32(spec.qmax))
+            if spec.packed:
+                quantize_packed_kernel(*args, fmt.bits, bp, br, bc, tile, o3)
+            else:
+                quantize_kernel(*args, fmt.mask, bp, br, bc, tile, o3)
 
-def dequantize(q, scale, zero_point, spec, out) -> None:
-    """Run the dequantize kernel over every canonical block of ``q``."""
-    fmt = spec.format
-    group = fmt.pack_group if spec.packed else (1, 1)
-    has_zp = zero_point is not None
-    params = [scale, zero_point] if has_zp else [scale]
-    like = output_float_like(spec.out_dtype)
-    outk = kernel_float_view(out)
-    for (q3, o3), (s3, *z3), (bp, br, bc) in canonical_views(spec.layout, [q, outk], params, [group, 1]):
-        tile = row_tile(o3.shape[2], group[0])
-        if fmt.is_float:
-            kernel = dequantize_float_packed_kernel if spec.packed else dequantize_float_kernel
-            kernel(q3, s3, fmt.fp_params, bp, br, bc, tile, like, o3)
-            continue
-        zp3 = z3[0] if has_zp else _zero_points(s3, bc)
-        kernel = dequantize_packed_kernel if spec.packed else dequantize_kernel
-        kernel(q3, s3, zp3, has_zp, fmt.bits, fmt.signed, bp, br, bc, tile, like, o3)
+    def dequantize(self, q, scale, zero_point, spec, out) -> None:
+        """Run the dequantize kernel over every canonical block of ``q``."""
+        fmt = spec.format
+        group = fmt.pack_group if spec.packed else (1, 1)
+        has_zp = zero_point is not None
+        params = [scale, zero_point] if has_zp else [scale]
+        like = output_float_like(spec.out_dtype)
+        outk = kernel_float_view(out)
+        for (q3, o3), (s3, *z3), (bp, br, bc) in canonical_views(spec.layout, [q, outk], params, [group, 1]):
+            tile = row_tile(o3.shape[2], group[0])
+            if fmt.is_float:
+                kernel = dequantize_float_packed_kernel if spec.packed else dequantize_float_kernel
+                kernel(q3, s3, fmt.fp_params, bp, br, bc, tile, like, o3)
+                continue
+            zp3 = z3[0] if has_zp else _zero_points(s3, bc)
+            kernel = dequantize_packed_kernel if spec.packed else dequantize_kernel
+            kernel(q3, s3, zp3, has_zp, fmt.bits, fmt.signed, bp, br, bc, tile, like, o3)

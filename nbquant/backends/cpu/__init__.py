@@ -1,0 +1,27 @@
+"""The ``cpu`` backend: Numba ``njit(parallel=True, cache=True)`` kernels around the element functions.
+
+Kernels are declared with :func:`~nbquant.backends.cpu._kernel.cpu_kernel`, which owns
+their compile options and on-disk cache key; their numerics are :mod:`nbquant.element`
+calls only. Modules: :mod:`.static` (quantize/dequantize), :mod:`.blocks` (MX, NVFP4,
+NF4, amax), :mod:`.dynamic` (dynamic quantization), :mod:`.modelopt` (fake
+quantization, gradients, histogram).
+"""
+
+from __future__ import annotations
+
+from .blocks import BlockOps
+from .dynamic import DynamicOps
+from .modelopt import ModeloptOps
+from .static import StaticOps
+
+__all__ = ["BACKEND", "CpuBackend"]
+
+
+class CpuBackend(StaticOps, BlockOps, DynamicOps, ModeloptOps):
+    """Every :class:`~nbquant.backends.interface.Backend` operation as multi-threaded Numba kernels."""
+
+    name = "cpu"
+
+
+#: The cpu backend object.
+BACKEND = CpuBackend()

@@ -1,0 +1,236 @@
+"""CPU kernels for the scaled block formats (OCP MX, NVFP4, NF4) and ``amax``: one fused pass per block.
+
+Each work unit reads a block, reduces its ``amax`` over the float bits (an integer
+max, which vectorizes where a float max with NaN semantics does not), writes the
+block's scale, then encodes and writes the block's codes. Numerics live in
+:mod:`nbquant.element`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from ...element import (
+    E2M1,
+    E4M3,
+    MXINT8_STEP,
+    NF4_VALUES,
+    absmax_bits,
+    bits_f32,
+    code_value,
+    decode_e8m0,
+    decode_fp,
+    element_function,
+    encode_fp,
+    load_f32,
+    mx_int8,
+    mx_inverse_scale,
+    mx_scale_code,
+    nf4_code,
+    nvfp4_block_scale,
+    pack_nf4_pair,
+    pack_pair,
+    store_float,
+    unpack_field,
+)
+from .._views import float32_from_bits, kernel_float_view, output_float_like
+from ._kernel import ROW_TILE, cpu_kernel
+
+
+@element_function
+def _block_range(unit, ntiles, tile, nblocks):
+    """Row and block range ``[b0, b1)`` of one work unit."""
+    row = unit // ntiles
+    b0 = (unit - row * ntiles) * tile
+    return row, b0, min(b0 + tile, nblocks)
+
+
+@cpu_kernel
+def mx_quantize_kernel(x, block, emax, max_mantissa, round_up, fp, is_int, packed, tile, codes, scales):
+    """Quantize rows of ``x`` (rows, n) in blocks of ``block``: E8M0 ``scales`` (rows, n / block) and ``codes``.
+
+    ``codes`` is (rows, n), or (rows, n / 2) with 4-bit codes packed low nibble first.
+    """
+    rows, n = x.shape
+    nblocks = n // block
+    ntiles = (nblocks + tile - 1) // tile
+    for unit in prange(rows * ntiles):
+        r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
+        for b in range(b0, b1):
+            xs = x[r, b * block:(b + 1) * block]
+            code = mx_scale_code(absmax_bits(xs), emax, max_mantissa, round_up)
+            scales[r, b] = code
+            inv = mx_inverse_scale(code)
+            if packed:
+                os = codes[r, b * block // 2:(b + 1) * block // 2]
+                for j in range(os.size):
+                    c0 = encode_fp(load_f32(xs[2 * j]) * inv, fp, True)
+                    c1 = encode_fp(load_f32(xs[2 * j + 1]) * inv, fp, True)
+                    os[j] = pack_pair(c0, c1)
+            elif is_int:
+                os = codes[r, b * block:(b + 1) * block]
+                for i in range(os.size):
+                    os[i] = mx_int8(load_f32(xs[i]) * inv)
+            else:
+                os = codes[r, b * block:(b + 1) * block]
+                for i in range(os.size):
+                    os[i] = encode_fp(load_f32(xs[i]) * inv, fp, True)
+
+
+@cpu_kernel
+def mx_dequantize_kernel(codes, scales, block, fp, is_int, packed, tile, like, out):
+    """Dequantize MX ``codes`` with E8M0 ``scales`` into ``out`` (rows, n): ``element * 2**(scale - 127)``."""
+    rows, n = out.shape
+    nblocks = n // block
+    ntiles = (nblocks + tile - 1) // tile
+    for unit in prange(rows * ntiles):
+        r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
+        for b in range(b0, b1):
+            s = decode_e8m0(scales[r, b])
+            os = out[r, b * block:(b + 1) * block]
+            if packed:
+                qs = codes[r, b * block // 2:(b + 1) * block // 2]
+                for j in range(qs.size):
+                    os[2 * j] = store_float(decode_fp(unpack_field(qs[j], 0, 4), fp) * s, like)
+                    os[2 * j + 1] = store_float(decode_fp(unpack_field(qs[j], 1, 4), fp) * s, like)
+            elif is_int:
+                qs = codes[r, b * block:(b + 1) * block]
+                for i in range(qs.size):
+                    os[i] = store_float(code_value(qs[i], 8, True) * MXINT8_STEP * s, like)
+            else:
+                qs = codes[r, b * block:(b + 1) * block]
+                for i in range(qs.size):
+                    os[i] = store_float(decode_fp(qs[i], fp) * s, like)
+
+
+@cpu_kernel
+def nvfp4_quantize_kernel(x, block, global_scale, six_global, tile, codes, scales):
+    """NVFP4: e2m1 codes packed two per byte ``codes`` (rows, n / 2), e4m3 block ``scales`` (rows, n / block).
+
+    Elements are ``e2m1(x / (e4m3_scale * global_scale))``, saturating at 6.
+    """
+    rows, n = x.shape
+    nblocks = n // block
+    ntiles = (nblocks + tile - 1) // tile
+    for unit in prange(rows * ntiles):
+        r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
+        for b in range(b0, b1):
+            xs = x[r, b * block:(b + 1) * block]
+            code = nvfp4_block_scale(bits_f32(absmax_bits(xs)), six_global)
+            scales[r, b] = code
+            denom = decode_fp(code, E4M3) * global_scale
+            os = codes[r, b * block // 2:(b + 1) * block // 2]
+            for j in range(os.size):
+                c0 = encode_fp(load_f32(xs[2 * j]) / denom, E2M1, True)
+                c1 = encode_fp(load_f32(xs[2 * j + 1]) / denom, E2M1, True)
+                os[j] = pack_pair(c0, c1)
+
+
+@cpu_kernel
+def nvfp4_dequantize_kernel(codes, scales, block, global_scale, tile, like, out):
+    """NVFP4 dequantize: ``e2m1 * (e4m3_scale * global_scale)`` into ``out`` (rows, n)."""
+    rows, n = out.shape
+    nblocks = n // block
+    ntiles = (nblocks + tile - 1) // tile
+    for unit in prange(rows * ntiles):
+        r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
+        for b in range(b0, b1):
+            s = decode_fp(scales[r, b], E4M3) * global_scale
+            qs = codes[r, b * block // 2:(b + 1) * block // 2]
+            os = out[r, b * block:(b + 1) * block]
+            for j in range(qs.size):
+                os[2 * j] = store_float(decode_fp(unpack_field(qs[j], 0, 4), E2M1) * s, like)
+                os[2 * j + 1] = store_float(decode_fp(unpack_field(qs[j], 1, 4), E2M1) * s, like)
+
+
+@cpu_kernel
+def amax_bits_kernel(x, tile):
+    """Bits of ``max |x|`` over a 2-D array (NaN bits win over every number)."""
+    rows, n = x.shape
+    ntiles = (n + tile - 1) // tile
+    partial = np.zeros(rows * ntiles, np.int64)
+    for unit in prange(rows * ntiles):
+        r = unit // ntiles
+        c = (unit - r * ntiles) * tile
+        partial[unit] = absmax_bits(x[r, c:min(c + tile, n)])
+    return partial.max()
+
+
+@cpu_kernel
+def nf4_quantize_kernel(x, block, tile, codes, scales):
+    """NF4: per-block ``amax`` into ``scales`` (rows, n / block) and table indices of ``x / amax`` packed two per
+    byte into ``codes`` (rows, n / 2), the first element in the HIGH nibble (modelopt's layout)."""
+    rows, n = x.shape
+    nblocks = n // block
+    ntiles = (nblocks + tile - 1) // tile
+    for unit in prange(rows * ntiles):
+        r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
+        for b in range(b0, b1):
+            xs = x[r, b * block:(b + 1) * block]
+            amax = bits_f32(absmax_bits(xs))
+            scales[r, b] = amax
+            os = codes[r, b * block // 2:(b + 1) * block // 2]
+            for j in range(os.size):
+                os[j] = pack_nf4_pair(nf4_code(load_f32(xs[2 * j]) / amax), nf4_code(load_f32(xs[2 * j + 1]) / amax))
+
+
+@cpu_kernel
+def nf4_dequantize_kernel(codes, scales, block, tile, like, out):
+    """NF4 dequantize: ``table[code] * scale`` per block into ``out`` (rows, n)."""
+    rows, n = out.shape
+    nblocks = n // block
+    ntiles = (nblocks + tile - 1) // tile
+    for unit in prange(rows * ntiles):
+        r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
+        for b in range(b0, b1):
+            s = np.float32(scales[r, b])
+            qs = codes[r, b * block // 2:(b + 1) * block // 2]
+            os = out[r, b * block:(b + 1) * block]
+            for j in range(qs.size):
+                os[2 * j] = store_float(NF4_VALUES[unpack_field(qs[j], 1, 4)] * s, like)
+                os[2 * j + 1] = store_float(NF4_VALUES[unpack_field(qs[j], 0, 4)] * s, like)
+
+
+#: Blocks per parallel work unit.
+_TILE_BLOCKS = 512
+
+
+class BlockOps:
+    """MX, NVFP4, NF4 and amax (:class:`~nbquant.backends.interface.Backend`)."""
+
+    def mx_quantize(self, x, spec, codes, scales) -> None:
+        """Fused MX quantize of ``x`` (rows, n) into ``codes`` and E8M0 ``scales`` (uint8 views)."""
+        mx_quantize_kernel(kernel_float_view(x), spec.block_size, spec.emax, spec.max_mantissa, spec.round_up, spec.fp,
+                           not spec.element.is_float, spec.packed, _TILE_BLOCKS, codes, scales)
+
+    def mx_dequantize(self, codes, scales, spec, out) -> None:
+        """MX dequantize of ``codes`` with E8M0 ``scales`` (uint8 views) into ``out`` (rows, n)."""
+        mx_dequantize_kernel(codes, scales, spec.block_size, spec.fp, not spec.element.is_float, spec.packed,
+                             _TILE_BLOCKS, output_float_like(spec.out_dtype), kernel_float_view(out))
+
+    def nvfp4_quantize(self, x, spec, codes, scales) -> None:
+        """Fused NVFP4 quantize of ``x`` (rows, n) with the global scale of ``spec``."""
+        g = np.float32(spec.global_scale)
+        nvfp4_quantize_kernel(kernel_float_view(x), spec.block_size, g, np.float32(6) * g, _TILE_BLOCKS, codes, scales)
+
+    def nvfp4_dequantize(self, codes, scales, spec, out) -> None:
+        """NVFP4 dequantize into ``out`` (rows, n)."""
+        nvfp4_dequantize_kernel(codes, scales, spec.block_size, np.float32(spec.global_scale), _TILE_BLOCKS,
+                                output_float_like(spec.out_dtype), kernel_float_view(out))
+
+    def nf4_quantize(self, x, spec, codes, scales) -> None:
+        """NF4 codes and float32 per-block amax scales of ``x`` (rows, n)."""
+        nf4_quantize_kernel(kernel_float_view(x), spec.block_size, _TILE_BLOCKS, codes, scales)
+
+    def nf4_dequantize(self, codes, scales, spec, out) -> None:
+        """NF4 dequantize into ``out`` (rows, n) with float32 block ``scales``."""
+        nf4_dequantize_kernel(codes, scales, spec.block_size, _TILE_BLOCKS, output_float_like(spec.out_dtype),
+                              kernel_float_view(out))
+
+    def amax(self, x) -> np.float32:
+        """``max |x|`` (NaN if any element is NaN)."""
+        if x.size == 0:
+            return np.float32(0)
+        x2 = kernel_float_view(x).reshape(-1, x.shape[-1] if x.ndim else 1)
+        return float32_from_bits(amax_bits_kernel(x2, ROW_TILE))

@@ -1,0 +1,267 @@
+"""CPU dynamic quantization: the fused one-pass kernel, the block reductions and the qparams pass.
+
+* :func:`dynamic_rows_kernel` is the fused one-pass kernel for blocks that lie
+  inside one row (per-row, per-group, ONNX blocked along the last axis): it takes a
+  row in L1-sized chunks of whole blocks, reduces each block (an int32 max over the
+  float bits, or min/max over :func:`~nbquant.element.order_key` keys — both
+  vectorize), computes the chunk's scales and zero points with
+  :func:`~nbquant.element.block_qparams` in one loop, then quantizes the chunk
+  while it is still in L1.
+* Other granularities (per-tensor, per-channel, 2-D blocks) take a reduction pass
+  (:func:`block_reduce_kernel`, :func:`flat_reduce_kernel`), a small qparams pass
+  over the block grid, then the static quantize kernels of :mod:`.static`.
+
+All numerics live in :mod:`nbquant.element`.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import prange
+
+from ...element import (
+    abs_bits,
+    absmax_bits,
+    block_qparams,
+    element_function,
+    minmax_keys,
+    order_key,
+    pack_byte_codes,
+)
+from ...layout import canonical_dims, row_blocks
+from ...modes import Mapping
+from .._views import kernel_float_view
+from ._kernel import ROW_TILE, cpu_kernel, row_tile
+from .static import quantize_block
+
+#: Elements of a row the fused kernel reduces, then quantizes, while they are in L1 (whole blocks).
+_CHUNK = 4096
+#: Parallel units of the fused kernel per thread.
+UNITS_PER_THREAD = 4
+_KEY_HI = np.int64(1 << 62)
+
+
+@element_function
+def _block_keys(xs, use_minmax):
+    """The reduced keys of one block: its min/max :func:`order_key` keys, or ``(0, absmax bits)``."""
+    if use_minmax:
+        return minmax_keys(xs)
+    return np.int32(0), absmax_bits(xs)
+
+
+@element_function
+def _chunk_qparams(mapping, lo, hi, use_minmax, qmin, qmax, half_range, eps, zp_sym, maxbound, reciprocal, ss, zz, ms,
+                   zs):
+    """Scales ``ss`` and zero points ``zz`` of a chunk's blocks from their keys ``lo``/``hi``.
+
+    ``ms``/``zs`` get the float32 factor (``fl(1 / s)`` when ``reciprocal``) and zero point the codes use.
+    """
+    for b in range(ss.size):
+        s, z = block_qparams(lo[b], hi[b], use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound)
+        ss[b] = s
+        zz[b] = np.int32(z)
+        ms[b] = np.float32(1.0) / s if reciprocal else s
+        zs[b] = z
+
+
+@cpu_kernel
+def dynamic_rows_kernel(x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound, reciprocal, scale_op,
+                        mask, nbits, packed, bc, chunk_blocks, units, out, scale, zp):
+    """Fused dynamic quantize of ``x`` (rows, C) in blocks of ``bc`` along C.
+
+    Writes ``scale`` and ``zp`` (rows, ceil(C / bc)) and the codes ``out`` (rows, C),
+    or (rows, C / k) packed with ``k = 8 // nbits`` codes per byte (``bc % k == 0``
+    or one block per row). ``reciprocal``: quantize with ``x * fl(1 / s)``.
+
+    Work items are chunks of ``chunk_blocks`` blocks of one row, split over ``units``
+    parallel units that reuse their scratch arrays. A chunk is reduced block by block,
+    its qparams are computed in one loop over its blocks (vectorized divisions), then it
+    is quantized while it is still in L1. Whole blocks are rows of a 2-D view (indexing
+    one is cheaper than slicing it); only a row's last block can be partial.
+    """
+    rows, C = x.shape
+    nblocks = (C + bc - 1) // bc
+    whole = C // bc
+    nchunks = (nblocks + chunk_blocks - 1) // chunk_blocks
+    items = rows * nchunks
+    kshift = 1 if nbits == 4 else 2  # packed: 8 // nbits codes per byte
+    qlo = np.float32(qmin)
+    qhi = np.float32(qmax)
+    for u in prange(units):
+        lo = np.empty(chunk_blocks, np.int64)
+        hi = np.empty(chunk_blocks, np.int64)
+        ms = np.empty(chunk_blocks, np.float32)
+        zs = np.empty(chunk_blocks, np.float32)
+        # packed: a chunk's byte codes, packed in one loop over the chunk (per block, 16-byte loops do not vectorize)
+        codes = np.empty((min(chunk_blocks * bc, C) + 3) // 4 * 4 if packed else 0, np.uint8)
+        words16 = codes.view(np.uint16)
+        words32 = codes.view(np.uint32)
+        for item in range(u * items // units, (u + 1) * items // units):
+            r = item // nchunks
+            b0 = (item - r * nchunks) * chunk_blocks
+            b1 = min(b0 + chunk_blocks, nblocks)
+            nw = min(b1, whole) - b0  # whole blocks in the chunk
+            c0 = b0 * bc
+            cw = c0 + nw * bc
+            c1 = min(b1 * bc, C)
+            xw = x[r, c0:cw].reshape(nw, bc)
+            xt = x[r, cw:c1]  # the row's partial last block, or empty
+            for b in range(nw):
+                lo[b], hi[b] = _block_keys(xw[b], use_minmax)
+            if cw < c1:
+                lo[nw], hi[nw] = _block_keys(xt, use_minmax)
+            ss = scale[r, b0:b1]
+            zz = zp[r, b0:b1]
+            if mapping == Mapping.SYMMETRIC:  # one loop per mapping: no branches left inside, so it vectorizes
+                _chunk_qparams(Mapping.SYMMETRIC, lo, hi, use_minmax, qmin, qmax, half_range, eps, zp_sym, maxbound,
+                               reciprocal, ss, zz, ms, zs)
+            elif mapping == Mapping.ASYMMETRIC:
+                _chunk_qparams(Mapping.ASYMMETRIC, lo, hi, use_minmax, qmin, qmax, half_range, eps, zp_sym, maxbound,
+                               reciprocal, ss, zz, ms, zs)
+            elif mapping == Mapping.SYMMETRIC_NO_CLIPPING_ERR:
+                _chunk_qparams(Mapping.SYMMETRIC_NO_CLIPPING_ERR, lo, hi, use_minmax, qmin, qmax, half_range, eps,
+                               zp_sym, maxbound, reciprocal, ss, zz, ms, zs)
+            else:
+                _chunk_qparams(Mapping.MODELOPT, lo, hi, use_minmax, qmin, qmax, half_range, eps, zp_sym, maxbound,
+                               reciprocal, ss, zz, ms, zs)
+            if packed:
+                cws = codes[:nw * bc].reshape(nw, bc)
+                for b in range(nw):
+                    quantize_block(xw[b], cws[b], ms[b], zs[b], scale_op, False, qlo, qhi, mask)
+                if cw < c1:
+                    quantize_block(xt, codes[cw - c0:c1 - c0], ms[nw], zs[nw], scale_op, False, qlo, qhi, mask)
+                pack_byte_codes(words16, words32, out[r, c0 >> kshift:c1 >> kshift], nbits)
+            else:
+                ow = out[r, c0:cw].reshape(nw, bc)
+                for b in range(nw):
+                    quantize_block(xw[b], ow[b], ms[b], zs[b], scale_op, False, qlo, qhi, mask)
+                if cw < c1:
+                    quantize_block(xt, out[r, cw:c1], ms[nw], zs[nw], scale_op, False, qlo, qhi, mask)
+
+
+@cpu_kernel
+def block_reduce_kernel(x, use_minmax, bp, br, bc, chunk, lo, hi):
+    """Reduce ``x`` (P, R, C) over blocks (bp, br, bc) into key grids ``lo``/``hi`` (GP, GR, GC).
+
+    ``use_minmax``: min/max :func:`order_key` keys; else the absmax bits into ``hi``.
+    Work units own a block row and a chunk of ``chunk`` columns (a multiple of ``bc``).
+    """
+    P, R, C = x.shape
+    GP, GR, GC = hi.shape
+    nchunks = (C + chunk - 1) // chunk
+    for unit in prange(GP * GR * nchunks):
+        g2 = unit // nchunks
+        c0 = (unit - g2 * nchunks) * chunk
+        c1 = min(c0 + chunk, C)
+        sp = g2 // GR
+        sr = g2 - sp * GR
+        gb0 = c0 // bc
+        gb1 = (c1 + bc - 1) // bc
+        los = lo[sp, sr, gb0:gb1]
+        his = hi[sp, sr, gb0:gb1]
+        for g in range(his.size):
+            los[g] = _KEY_HI
+            his[g] = -_KEY_HI if use_minmax else 0
+        for p in range(sp * bp, min(sp * bp + bp, P)):
+            for r in range(sr * br, min(sr * br + br, R)):
+                xs = x[p, r, c0:c1]
+                if bc == 1:
+                    if use_minmax:
+                        for j in range(xs.size):
+                            key = order_key(xs[j])
+                            los[j] = min(los[j], key)
+                            his[j] = max(his[j], key)
+                    else:
+                        for j in range(xs.size):
+                            his[j] = max(his[j], abs_bits(xs[j]))
+                    continue
+                for g in range(his.size):
+                    blk = xs[g * bc:min(g * bc + bc, xs.size)]
+                    if use_minmax:
+                        a, b = minmax_keys(blk)
+                        los[g] = min(los[g], a)
+                        his[g] = max(his[g], b)
+                    else:
+                        his[g] = max(his[g], absmax_bits(blk))
+
+
+@cpu_kernel
+def flat_reduce_kernel(x, use_minmax, tile, lo, hi):
+    """Per-tensor reduction of ``x`` (rows, n): partial keys per (row, tile) into ``lo``/``hi``."""
+    rows, n = x.shape
+    ntiles = (n + tile - 1) // tile
+    for unit in prange(rows * ntiles):
+        r = unit // ntiles
+        c = (unit - r * ntiles) * tile
+        xs = x[r, c:min(c + tile, n)]
+        if use_minmax:
+            lo[unit], hi[unit] = minmax_keys(xs)
+        else:
+            hi[unit] = absmax_bits(xs)
+
+
+@cpu_kernel
+def qparams_kernel(lo, hi, use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound, scale, zp):
+    """``scale``/``zp`` (flat) from reduced keys ``lo``/``hi`` (flat)."""
+    for i in prange(hi.size):
+        s, z = block_qparams(lo[i], hi[i], use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound)
+        scale[i] = s
+        zp[i] = np.int32(z)
+
+
+class DynamicOps:
+    """Dynamic quantization (:class:`~nbquant.backends.interface.Backend`)."""
+
+    def reduce_keys(self, x, spec):
+        """Reduced keys ``(lo, hi)`` as flat arrays over the block grid (row-major)."""
+        layout = spec.layout
+        xk = kernel_float_view(x)
+        if layout.num_blocks == 1:
+            x2 = xk.reshape(-1, xk.shape[-1] if xk.ndim else 1)
+            tile = row_tile(x2.shape[1])
+            units = x2.shape[0] * ((x2.shape[1] + tile - 1) // tile)
+            lo = np.full(units, 1 << 62, np.int64)
+            hi = np.full(units, -(1 << 62) if spec.use_minmax else 0, np.int64)
+            flat_reduce_kernel(x2, spec.use_minmax, tile, lo, hi)
+            return np.array([lo.min()]), np.array([hi.max()])
+        dims = canonical_dims(layout.shape, layout.block)
+        if len(dims) > 3:  # rare: more than three unmergeable block dims; reduce with the NumPy oracle
+            from ..reference import BACKEND as REFERENCE
+
+            return REFERENCE.reduce_keys(x, spec)
+        dims = [(1, 1)] * (3 - len(dims)) + dims
+        x3 = xk.reshape([n for n, _ in dims])
+        grid = [-(-n // b) for n, b in dims]
+        lo = np.empty(grid, np.int64)
+        hi = np.empty(grid, np.int64)
+        bc = dims[2][1]
+        chunk = max(bc, (ROW_TILE // bc) * bc) if bc > 1 else ROW_TILE
+        block_reduce_kernel(x3, spec.use_minmax, dims[0][1], dims[1][1], bc, chunk, lo, hi)
+        return lo.reshape(-1), hi.reshape(-1)
+
+    def choose_qparams(self, x, spec, scale, zp) -> None:
+        """Fill the flat block-grid ``scale`` (float32) and ``zp`` (int32): a reduction pass, then the qparams."""
+        lo, hi = self.reduce_keys(x, spec)
+        qparams_kernel(lo, hi, *spec.qparams_arguments(), scale.reshape(-1), zp.reshape(-1))
+
+    def quantize_dynamic(self, x, spec, out, scale, zp) -> bool:
+        """Fused one-pass dynamic quantize when the layout allows it; False if the caller must use two passes."""
+        fmt = spec.format
+        rv = row_blocks(spec.layout)
+        if rv is None or spec.layout.num_blocks == 1:
+            return False
+        rows, C, bc = rv
+        k = fmt.codes_per_byte if spec.packed else 1
+        if spec.packed and bc % k and bc < C:
+            return False
+        x2 = kernel_float_view(x).reshape(rows, C)
+        o2 = out.reshape(rows, C // k)
+        s2 = scale.reshape(rows, -1)
+        z2 = zp.reshape(rows, -1)
+        chunk_blocks = max(1, _CHUNK // bc)
+        items = rows * -(-s2.shape[1] // chunk_blocks)
+        units = max(1, min(items, UNITS_PER_THREAD * numba.get_num_threads()))
+        dynamic_rows_kernel(x2, *spec.qparams_arguments(), spec.reciprocal, int(spec.kernel_scale_op), fmt.mask,
+                            fmt.bits, spec.packed, bc, chunk_blocks, units, o2, s2, z2)
+        return True

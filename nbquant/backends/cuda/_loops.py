@@ -1,0 +1,69 @@
+"""Device-side loop helpers shared by the CUDA kernels: the grid-stride column walk and row coordinates.
+
+Launch shape of the element kernels: the grid is 2-D. ``blockIdx.y`` walks canonical
+rows ``(p, r)`` in a grid-stride loop, so the scale row is looked up once per row.
+Along the contiguous column axis consecutive threads take consecutive items
+(coalesced) in a grid-stride loop. The scale block index ``g = c // bc`` is computed
+once per thread; every stride then advances it with precomputed ``stride // bc`` and
+``stride % bc`` and one compare (:func:`next_block`), so there is no integer division
+per element. All indices are unsigned 64-bit: no 2**31 limit, no sign fix-ups in the
+divisions, and no negative-index wraparound code on every array access.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+__all__ = ["U0", "U1", "column_walk", "next_block", "row_coords", "rows_of", "thread_start"]
+
+U0 = np.uint64(0)
+U1 = np.uint64(1)
+
+
+@cuda.jit(device=True, inline="always")
+def column_walk(k, bc):
+    """This thread's first item and the stride, each with its scale block and offset: ``k`` columns per item.
+
+    Returns ``(start, stride, g_start, o_start, g_step, o_step)``: item ``start`` begins
+    at column ``start * k`` in scale block ``g_start`` at offset ``o_start``; a stride
+    moves ``g_step`` blocks and ``o_step`` columns further.
+    """
+    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
+    start = np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x)
+    g_step = (stride * k) // bc
+    g_start = (start * k) // bc
+    return start, stride, g_start, start * k - g_start * bc, g_step, stride * k - g_step * bc
+
+
+@cuda.jit(device=True, inline="always")
+def next_block(g, off, g_step, o_step, bc):
+    """The scale block and offset one stride further (no division)."""
+    g += g_step
+    off += o_step
+    if off >= bc:
+        off -= bc
+        g += U1
+    return g, off
+
+
+@cuda.jit(device=True, inline="always")
+def row_coords(row, R, bp, br):
+    """The ``(p, r)`` of canonical row ``row`` and its scale row ``(sp, sr)``."""
+    p = row // R
+    r = row - p * R
+    return p, r, p // bp, r // br
+
+
+@cuda.jit(device=True, inline="always")
+def rows_of(a):
+    """``(P * R, R)``: the canonical rows of a (P, R, C) array and the rows per ``p``."""
+    R = np.uint64(a.shape[1])
+    return np.uint64(a.shape[0]) * R, R
+
+
+@cuda.jit(device=True, inline="always")
+def thread_start():
+    """This thread's first item and the grid-stride: ``(start, stride)`` along ``blockIdx.x``/``threadIdx.x``."""
+    stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
+    return np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x), stride

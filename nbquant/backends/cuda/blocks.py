@@ -1,0 +1,339 @@
+"""CUDA kernels for the scaled block formats (OCP MX, NVFP4, NF4) and the ``amax`` reduction.
+
+* :func:`mx_quantize_kernel`: fused, one thread per scale block. The thread reduces the
+  block's ``amax`` over the float bits (an integer max: NaN bits sort above inf, so a NaN
+  or inf block gets the NaN scale), writes the E8M0 code, then encodes the block's
+  elements (saturating minifloat, or MXINT8's ``rne(v * 64)``), packing mxfp4 two per byte.
+* :func:`nvfp4_quantize_kernel` / :func:`nf4_quantize_kernel`: the same with NVFP4's E4M3
+  block scale (the global scale is an argument: the host computes it from ``amax``) and
+  NF4's amax scale and table indices.
+* the dequantize kernels: one thread per block, ``element * scale``.
+* :func:`amax_kernel`: ``max |x|`` as float32 bits: a grid-stride max per thread, a
+  shared-memory tree per thread block, then one ``atomic.max`` on a ``uint32`` per block.
+
+The (rows, n) operand is walked like the element kernels walk a canonical view:
+``blockIdx.y`` strides over rows, and along a row thread ``t`` takes scale blocks
+``t, t + S, ...``. A thread reads its block twice (amax, then encode); the second read
+hits L1/L2. All numerics are :mod:`nbquant.element` calls.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda, types
+
+from ...element import (
+    E2M1,
+    E4M3,
+    MXINT8_STEP,
+    NF4_VALUES,
+    abs_bits,
+    bits_f32,
+    code_value,
+    decode_e8m0,
+    decode_fp,
+    encode_fp,
+    load_f32,
+    mx_int8,
+    mx_inverse_scale,
+    mx_scale_code,
+    nf4_code,
+    nvfp4_block_scale,
+    pack_nf4_pair,
+    pack_pair,
+    store_float,
+    unpack_field,
+)
+from .._views import float32_from_bits, kernel_float_view, output_float_like
+from . import runtime
+from ._loops import U1, thread_start
+from .runtime import INPUT_DTYPES, OUTPUT_DTYPES, REDUCE_THREADS, array_type, cuda_kernel, scalar_type
+
+_I64, _F32, _B1 = types.int64, types.float32, types.boolean
+_U8 = array_type(np.uint8, 2)
+_FP = types.UniTuple(_I64, 7)
+_U2 = np.uint64(2)
+
+_FROM_FLOATS = [(d,) for d in INPUT_DTYPES]
+_TO_FLOATS = [(o,) for o in OUTPUT_DTYPES]
+
+
+@cuda.jit(device=True, inline="always")
+def _absmax_bits(xs, c, end):
+    """The largest ``abs_bits`` of ``xs[c:end]`` (0 when empty)."""
+    amax = np.int64(0)
+    while c < end:
+        amax = max(amax, abs_bits(xs[c]))
+        c += U1
+    return amax
+
+
+@cuda_kernel(lambda d: types.void(array_type(d, 2), _I64, _I64, _I64, _B1, _FP, _B1, _B1, _U8, _U8), _FROM_FLOATS)
+def mx_quantize_kernel(x, block, emax, max_mantissa, round_up, fp, is_int, packed, codes, scales):
+    """MX quantize ``x`` (rows, n): E8M0 ``scales`` (rows, n / block) and ``codes`` (rows, n or n / 2)."""
+    rows = np.uint64(x.shape[0])
+    nblocks = np.uint64(scales.shape[1])
+    ub = np.uint64(block)
+    start, stride = thread_start()
+    row = np.uint64(cuda.blockIdx.y)
+    while row < rows:
+        xs, cs, ss = x[row], codes[row], scales[row]
+        b = start
+        while b < nblocks:
+            c = b * ub
+            c1 = c + ub
+            code = mx_scale_code(_absmax_bits(xs, c, c1), emax, max_mantissa, round_up)
+            ss[b] = code
+            inv = mx_inverse_scale(code)
+            if packed:
+                j = c // _U2
+                while c < c1:
+                    cs[j] = pack_pair(encode_fp(load_f32(xs[c]) * inv, fp, True),
+                                      encode_fp(load_f32(xs[c + U1]) * inv, fp, True))
+                    j += U1
+                    c += _U2
+            elif is_int:
+                while c < c1:
+                    cs[c] = mx_int8(load_f32(xs[c]) * inv)
+                    c += U1
+            else:
+                while c < c1:
+                    cs[c] = encode_fp(load_f32(xs[c]) * inv, fp, True)
+                    c += U1
+            b += stride
+        row += np.uint64(cuda.gridDim.y)
+
+
+@cuda_kernel(lambda o: types.void(_U8, _U8, _I64, _FP, _B1, _B1, scalar_type(o), array_type(o, 2)), _TO_FLOATS)
+def mx_dequantize_kernel(codes, scales, block, fp, is_int, packed, like, out):
+    """MX dequantize ``codes`` with E8M0 ``scales`` into ``out`` (rows, n): ``element * 2**(scale - 127)``."""
+    rows = np.uint64(out.shape[0])
+    nblocks = np.uint64(scales.shape[1])
+    ub = np.uint64(block)
+    start, stride = thread_start()
+    row = np.uint64(cuda.blockIdx.y)
+    while row < rows:
+        qs, ss, os = codes[row], scales[row], out[row]
+        b = start
+        while b < nblocks:
+            s = decode_e8m0(ss[b])
+            c = b * ub
+            c1 = c + ub
+            if packed:
+                j = c // _U2
+                while c < c1:
+                    byte = np.int32(qs[j])
+                    os[c] = store_float(decode_fp(unpack_field(byte, 0, 4), fp) * s, like)
+                    os[c + U1] = store_float(decode_fp(unpack_field(byte, 1, 4), fp) * s, like)
+                    j += U1
+                    c += _U2
+            elif is_int:
+                while c < c1:
+                    os[c] = store_float(code_value(qs[c], 8, True) * MXINT8_STEP * s, like)
+                    c += U1
+            else:
+                while c < c1:
+                    os[c] = store_float(decode_fp(qs[c], fp) * s, like)
+                    c += U1
+            b += stride
+        row += np.uint64(cuda.gridDim.y)
+
+
+@cuda_kernel(lambda d: types.void(array_type(d, 2), _I64, _F32, _F32, _U8, _U8), _FROM_FLOATS)
+def nvfp4_quantize_kernel(x, block, global_scale, six_global, codes, scales):
+    """NVFP4 quantize ``x`` (rows, n): e4m3 ``scales`` (rows, n / block), packed e2m1 ``codes`` (rows, n / 2)."""
+    rows = np.uint64(x.shape[0])
+    nblocks = np.uint64(scales.shape[1])
+    ub = np.uint64(block)
+    start, stride = thread_start()
+    row = np.uint64(cuda.blockIdx.y)
+    while row < rows:
+        xs, cs, ss = x[row], codes[row], scales[row]
+        b = start
+        while b < nblocks:
+            c = b * ub
+            c1 = c + ub
+            code = nvfp4_block_scale(bits_f32(_absmax_bits(xs, c, c1)), six_global)
+            ss[b] = code
+            denom = decode_fp(code, E4M3) * global_scale
+            j = c // _U2
+            while c < c1:
+                cs[j] = pack_pair(encode_fp(load_f32(xs[c]) / denom, E2M1, True),
+                                  encode_fp(load_f32(xs[c + U1]) / denom, E2M1, True))
+                j += U1
+                c += _U2
+            b += stride
+        row += np.uint64(cuda.gridDim.y)
+
+
+@cuda_kernel(lambda o: types.void(_U8, _U8, _I64, _F32, scalar_type(o), array_type(o, 2)), _TO_FLOATS)
+def nvfp4_dequantize_kernel(codes, scales, block, global_scale, like, out):
+    """NVFP4 dequantize into ``out`` (rows, n): ``e2m1 * (e4m3 scale * global_scale)``."""
+    rows = np.uint64(out.shape[0])
+    nblocks = np.uint64(scales.shape[1])
+    ub = np.uint64(block)
+    start, stride = thread_start()
+    row = np.uint64(cuda.blockIdx.y)
+    while row < rows:
+        qs, ss, os = codes[row], scales[row], out[row]
+        b = start
+        while b < nblocks:
+            s = decode_fp(ss[b], E4M3) * global_scale
+            c = b * ub
+            c1 = c + ub
+            j = c // _U2
+            while c < c1:
+                byte = np.int32(qs[j])
+                os[c] = store_float(decode_fp(unpack_field(byte, 0, 4), E2M1) * s, like)
+                os[c + U1] = store_float(decode_fp(unpack_field(byte, 1, 4), E2M1) * s, like)
+                j += U1
+                c += _U2
+            b += stride
+        row += np.uint64(cuda.gridDim.y)
+
+
+@cuda_kernel(lambda d: types.void(array_type(d, 2), _I64, _U8, array_type(np.float32, 2)), _FROM_FLOATS)
+def nf4_quantize_kernel(x, block, codes, scales):
+    """NF4 quantize ``x`` (rows, n): float32 block ``scales`` (amax) and table indices packed high nibble first."""
+    rows = np.uint64(x.shape[0])
+    nblocks = np.uint64(scales.shape[1])
+    ub = np.uint64(block)
+    start, stride = thread_start()
+    row = np.uint64(cuda.blockIdx.y)
+    while row < rows:
+        xs, cs, ss = x[row], codes[row], scales[row]
+        b = start
+        while b < nblocks:
+            c = b * ub
+            c1 = c + ub
+            amax = np.float32(bits_f32(_absmax_bits(xs, c, c1)))  # a NumPy scalar: 0/0 is NaN on every target
+            ss[b] = amax
+            j = c // _U2
+            while c < c1:
+                cs[j] = pack_nf4_pair(nf4_code(np.float32(load_f32(xs[c])) / amax),
+                                      nf4_code(np.float32(load_f32(xs[c + U1])) / amax))
+                j += U1
+                c += _U2
+            b += stride
+        row += np.uint64(cuda.gridDim.y)
+
+
+@cuda_kernel(lambda o: types.void(_U8, array_type(np.float32, 2), _I64, scalar_type(o), array_type(o, 2)),
+             _TO_FLOATS)
+def nf4_dequantize_kernel(codes, scales, block, like, out):
+    """NF4 dequantize into ``out`` (rows, n): ``table[index] * scale`` per block."""
+    rows = np.uint64(out.shape[0])
+    nblocks = np.uint64(scales.shape[1])
+    ub = np.uint64(block)
+    start, stride = thread_start()
+    row = np.uint64(cuda.blockIdx.y)
+    while row < rows:
+        qs, ss, os = codes[row], scales[row], out[row]
+        b = start
+        while b < nblocks:
+            s = np.float32(ss[b])
+            c = b * ub
+            c1 = c + ub
+            j = c // _U2
+            while c < c1:
+                byte = np.int64(qs[j])
+                os[c] = store_float(NF4_VALUES[unpack_field(byte, 1, 4)] * s, like)
+                os[c + U1] = store_float(NF4_VALUES[unpack_field(byte, 0, 4)] * s, like)
+                j += U1
+                c += _U2
+            b += stride
+        row += np.uint64(cuda.gridDim.y)
+
+
+@cuda_kernel(lambda d: types.void(array_type(d, 1), array_type(np.uint32, 1)), _FROM_FLOATS)
+def amax_kernel(x, out):
+    """``out[0] = max(out[0], bits of max |x|)`` over a 1-D ``x`` (NaN bits win over every number)."""
+    shared = cuda.shared.array(REDUCE_THREADS, np.uint32)
+    n = np.uint64(x.shape[0])
+    tid = cuda.threadIdx.x
+    i, stride = thread_start()
+    m = np.int64(0)
+    while i < n:
+        m = max(m, abs_bits(x[i]))
+        i += stride
+    shared[tid] = np.uint32(m)
+    cuda.syncthreads()
+    half = cuda.blockDim.x // 2
+    while half > 0:
+        if tid < half:
+            shared[tid] = max(shared[tid], shared[tid + half])
+        cuda.syncthreads()
+        half //= 2
+    if tid == 0:
+        cuda.atomic.max(out, 0, shared[0])
+
+
+def _run_rows(kernel, inputs, outputs, make_args, dtype, rows: int, nblocks: int) -> None:
+    """Copy host ``inputs`` in, launch one thread per scale block, copy host ``outputs`` back."""
+    stream = runtime.current_stream()
+    d_in = [runtime.to_device(a, stream) for a in inputs]
+    d_out = [runtime.result_on_device(o, stream) for o in outputs]
+    grid, threads = runtime.grid_for_rows(rows, nblocks)
+    kernel.launch(grid, threads, stream, make_args(*d_in, *d_out), dtype)
+    runtime.copy_back(list(zip(outputs, d_out, strict=True)), stream)
+
+
+class BlockOps:
+    """MX, NVFP4, NF4 and amax (:class:`~nbquant.backends.interface.Backend`); NumPy or CUDA device arrays."""
+
+    def mx_quantize(self, x, spec, codes, scales) -> None:
+        """Fused MX quantize of ``x`` (rows, n) into ``codes`` and E8M0 ``scales`` (uint8)."""
+        xv = runtime.device_float(x, runtime.current_stream())
+        args = (spec.block_size, spec.emax, spec.max_mantissa, bool(spec.round_up), spec.fp,
+                not spec.element.is_float, bool(spec.packed))
+        _run_rows(mx_quantize_kernel, [xv], [codes, scales], lambda x2, c2, s2: (x2, *args, c2, s2), xv.dtype,
+                  *scales.shape)
+
+    def mx_dequantize(self, codes, scales, spec, out) -> None:
+        """MX dequantize ``codes`` with E8M0 ``scales`` (uint8) into ``out`` (rows, n)."""
+        args = (spec.block_size, spec.fp, not spec.element.is_float, bool(spec.packed),
+                output_float_like(spec.out_dtype))
+        self._dequantize_rows(mx_dequantize_kernel, codes, scales, args, out)
+
+    def nvfp4_quantize(self, x, spec, codes, scales) -> None:
+        """Fused NVFP4 quantize of ``x`` (rows, n) with the global scale in ``spec``."""
+        g = np.float32(spec.global_scale)
+        xv = runtime.device_float(x, runtime.current_stream())
+        args = (spec.block_size, g, np.float32(6) * g)
+        _run_rows(nvfp4_quantize_kernel, [xv], [codes, scales], lambda x2, c2, s2: (x2, *args, c2, s2), xv.dtype,
+                  *scales.shape)
+
+    def nvfp4_dequantize(self, codes, scales, spec, out) -> None:
+        """NVFP4 dequantize into ``out`` (rows, n)."""
+        args = (spec.block_size, np.float32(spec.global_scale), output_float_like(spec.out_dtype))
+        self._dequantize_rows(nvfp4_dequantize_kernel, codes, scales, args, out)
+
+    def nf4_quantize(self, x, spec, codes, scales) -> None:
+        """Fused NF4 quantize of ``x`` (rows, n): packed table indices and float32 block scales."""
+        xv = runtime.device_float(x, runtime.current_stream())
+        _run_rows(nf4_quantize_kernel, [xv], [codes, scales], lambda x2, c2, s2: (x2, spec.block_size, c2, s2),
+                  xv.dtype, *scales.shape)
+
+    def nf4_dequantize(self, codes, scales, spec, out) -> None:
+        """NF4 dequantize into ``out`` (rows, n) with float32 block ``scales``."""
+        self._dequantize_rows(nf4_dequantize_kernel, codes, scales, (spec.block_size,
+                                                                     output_float_like(spec.out_dtype)), out)
+
+    @staticmethod
+    def _dequantize_rows(kernel, codes, scales, args, out) -> None:
+        ov = kernel_float_view(runtime.device_or_host(out))
+        _run_rows(kernel, [codes, scales], [ov], lambda q2, s2, o2: (q2, s2, *args, o2), ov.dtype, *scales.shape)
+
+    def amax(self, x) -> np.float32:
+        """``max |x|`` (NaN if any element is NaN) of a NumPy or CUDA array, computed on the GPU."""
+        if x.size == 0:
+            return np.float32(0)
+        stream = runtime.current_stream()
+        d = runtime.device_float(x, stream)
+        d = d.reshape(int(d.size))
+        result = runtime.to_device(np.zeros(1, np.uint32), stream)
+        blocks, threads = runtime.reduction_grid(int(d.size))
+        amax_kernel.launch(blocks, threads, stream, (d, result), d.dtype)
+        bits = result.copy_to_host(stream=stream)
+        stream.synchronize()
+        return float32_from_bits(int(bits[0]))

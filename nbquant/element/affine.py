@@ -1,0 +1,204 @@
+"""Integer (affine) quantization of one element, and the qparams of one block.
+
+``quantize_value`` / ``dequantize_value`` are the static formula; ``affine_qparams``
+(torchao ``choose_qparams_affine``) and ``amax_scales`` (modelopt) choose the
+parameters of a block from its reduced keys (``block_qparams``); the modelopt fake
+quantizers, the straight-through gradient and the calibrator's histogram bin are the
+remaining per-element rules.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..modes import Mapping, ScaleOp
+from .bits import bits_f32, element_function, key_f32, load_f32, rint_f32
+
+__all__ = [
+    "AMAX_TINY",
+    "scaled",
+    "quantize_value",
+    "dequantize_value",
+    "code_bits",
+    "code_value",
+    "affine_qparams",
+    "amax_scales",
+    "block_qparams",
+    "amax_code",
+    "affine_fake_value",
+    "ste_value",
+    "histogram_bin",
+]
+
+#: modelopt's "amax is zero" threshold, ``2**-24``.
+AMAX_TINY = np.float32(2.0 ** -24)
+
+
+@element_function
+def scaled(x, scale, scale_op):
+    """``x / scale`` (``ScaleOp.DIVIDE``) or ``x * scale`` (``ScaleOp.MULTIPLY``) in float32.
+
+    Selected arithmetically, not by a branch, so a loop over it vectorizes:
+    ``(v * 1) / s == v / s`` and ``(v * s) / 1 == v * s`` exactly.
+    """
+    one = np.float32(1.0)
+    s = np.float32(scale)
+    multiply = scale_op == ScaleOp.MULTIPLY
+    return (load_f32(x) * (s if multiply else one)) / (one if multiply else s)
+
+
+@element_function
+def quantize_value(x, scale, zero_point, scale_op, zero_point_before, qmin, qmax):
+    """Quantize one element to a float32 code value in ``[qmin, qmax]``.
+
+    ``v = x / scale`` or ``x * scale`` (:func:`scaled`); NaN becomes 0; then
+    ``clamp(rne(v + zp))`` when ``zero_point_before`` else ``clamp(rne(v) + zp)``.
+    ±inf clamp to the bounds.
+
+    ``rne(v + (-0.0)) + z`` is ``rne(v) + z``: adding ``-0.0`` is an identity the
+    compiler removes when ``zero_point_before`` is a constant False (``+0.0`` is not:
+    it turns ``-0.0`` into ``+0.0``; only the sign of a zero code could differ, and
+    codes are integers).
+    """
+    z = np.float32(zero_point)
+    v = scaled(x, scale, scale_op)
+    v = np.float32(0.0) if v != v else v
+    z_before = z if zero_point_before else np.float32(-0.0)
+    r = rint_f32(v + z_before) + (z - z_before)
+    return min(max(r, np.float32(qmin)), np.float32(qmax))
+
+
+@element_function
+def code_bits(code, mask):
+    """The storage bits of a float32 code value: its two's complement, masked (an int32).
+
+    Numba widens ``int32 & int32`` to int64; the outer cast keeps the vectorized loop in
+    32-bit lanes (and, then one truncating store) instead of widening every code to 64 bits.
+    """
+    return np.int32(np.int32(code) & np.int32(mask))
+
+
+@element_function
+def code_value(bits, nbits, signed):
+    """The integer value (as float32) of ``nbits`` storage bits; sign-extends when ``signed``."""
+    v = np.int32(bits) & np.int32((1 << nbits) - 1)
+    if signed and v >= np.int32(1 << (nbits - 1)):
+        v = v - np.int32(1 << nbits)
+    return np.float32(v)
+
+
+@element_function
+def dequantize_value(code, scale, zero_point):
+    """``(code - zero_point) * scale`` in float32."""
+    return (np.float32(code) - np.float32(zero_point)) * np.float32(scale)
+
+
+@element_function
+def affine_qparams(mn, mx, mapping, qmin, qmax, half_range, eps, zp_sym):
+    """torchao ``choose_qparams_affine`` for one block from its ``min`` and ``max`` (float32).
+
+    ``Mapping.SYMMETRIC`` ``s = max(-min_neg, max_pos) / half_range``; ``ASYMMETRIC``
+    ``s = (max_pos - min_neg) / (qmax - qmin)``, ``zp = clamp(qmin - rne(min_neg / s))``;
+    ``SYMMETRIC_NO_CLIPPING_ERR`` ``s = max(min_neg / qmin, max_pos / qmax)``; then
+    ``s = max(s, eps)``. ``min_neg = min(mn, 0)``, ``max_pos = max(mx, 0)``. A NaN
+    min or max gives a NaN scale (torch propagates NaN) and zero point ``qmin``
+    (asymmetric) or ``zp_sym``. Returns ``(scale, zero_point)`` as float32.
+    """
+    zero = np.float32(0.0)
+    lo = np.float32(qmin)
+    hi = np.float32(qmax)
+    a = np.float32(mn)
+    b = np.float32(mx)
+    nan = a != a or b != b
+    min_neg = zero if a >= zero else a
+    max_pos = zero if b <= zero else b
+    if mapping == Mapping.SYMMETRIC:
+        s = max(-min_neg, max_pos) / np.float32(half_range)
+    elif mapping == Mapping.SYMMETRIC_NO_CLIPPING_ERR:
+        smin = min_neg / lo
+        smax = max_pos / hi
+        s = smin if smin > smax else smax
+    else:
+        s = (max_pos - min_neg) / (hi - lo)
+    s = max(s, np.float32(eps))
+    z = np.float32(zp_sym)
+    if mapping == Mapping.ASYMMETRIC:
+        r = rint_f32(min_neg / s)
+        r = zero if r != r else r
+        z = min(max(lo - r, lo), hi)
+    if nan:
+        s = bits_f32(0x7FC00000)
+        z = lo if mapping == Mapping.ASYMMETRIC else z
+    return s, z
+
+
+@element_function
+def amax_scales(amax, maxbound):
+    """modelopt's integer-path scales from ``amax``: ``(S_quant, S_dequant)``.
+
+    ``S = maxbound / amax``; where ``amax <= 2**-24`` the quantizing multiplier is 0
+    and the dequantizing divisor 1 (so finite values quantize to 0), as in
+    ``tensor_quant._tensor_quant``. NaN amax gives NaN scales.
+    """
+    a = np.float32(amax)
+    s = np.float32(maxbound) / a
+    tiny = a <= AMAX_TINY
+    return (np.float32(0.0) if tiny else s), (np.float32(1.0) if tiny else s)
+
+
+@element_function
+def block_qparams(lo, hi, use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound):
+    """``(scale, zero_point)`` of a block from its reduced keys.
+
+    ``lo``/``hi`` are the block's min/max :func:`~nbquant.element.order_key` keys when
+    ``use_minmax``, else ``hi`` holds its absmax bits (``min = -max``).
+    """
+    if use_minmax:
+        mn = key_f32(lo)
+        mx = key_f32(hi)
+    else:
+        mx = bits_f32(hi)
+        mn = -mx
+    if mapping == Mapping.MODELOPT:
+        return amax_scales(mx, maxbound)[1], np.float32(0.0)
+    return affine_qparams(mn, mx, mapping, qmin, qmax, half_range, eps, zp_sym)
+
+
+@element_function
+def amax_code(x, s, qmin, qmax):
+    """``clamp(rne(x * s), qmin, qmax)`` in float32; NaN propagates (torch.clamp keeps NaN)."""
+    v = rint_f32(load_f32(x) * np.float32(s))
+    c = min(max(v, np.float32(qmin)), np.float32(qmax))
+    return v if v != v else c
+
+
+@element_function
+def affine_fake_value(x, step, qz, lo, hi):
+    """modelopt's legacy FakeAffine of one value: ``(clamp(rne(x / step) - qz, lo, hi) + qz) * step``.
+
+    NaN propagates.
+    """
+    v = rint_f32(load_f32(x) / np.float32(step)) - qz
+    q = min(max(v, lo), hi)
+    q = v if v != v else q
+    return (q + qz) * step
+
+
+@element_function
+def ste_value(g, x, lo, hi):
+    """The straight-through gradient of one value: ``g`` where ``lo <= x <= hi`` (NaN x gives 0), else 0."""
+    v = load_f32(x)
+    return load_f32(g) if (v >= lo and v <= hi) else np.float32(0.0)
+
+
+@element_function
+def histogram_bin(x, fn, top, nbins):
+    """The bin of ``|x|`` over ``[0, top]`` in ``nbins`` bins (torch.histc's rule), or -1 (NaN, above ``top``).
+
+    ``int(|x| * nbins / top)`` in float32, the right edge in the last bin. The quotient is
+    selected before the int32 conversion, so NaN and values above ``top`` never reach it, and
+    a loop of this function vectorizes (AVX2 has no packed float → int64 conversion).
+    """
+    v = abs(load_f32(x))
+    q = (v * fn) / top if v <= top else np.float32(-1.0)
+    return min(np.int32(q), np.int32(nbins - 1))

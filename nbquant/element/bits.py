@@ -1,0 +1,215 @@
+"""Float32 bits, rounding and storage: the LLVM intrinsics and their wrappers.
+
+Target-specific instructions sit in ``@intrinsic`` functions that branch on the LLVM
+target triple; kernel bodies never call an intrinsic directly (the CUDA simulator
+runs kernel bodies as Python and cannot run them), only the wrappers declared with
+:func:`element_function`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+__all__ = [
+    "element_function",
+    "rint_f32",
+    "load_f32",
+    "store_float",
+    "f32_bits",
+    "bits_f32",
+    "abs_bits",
+    "order_key",
+    "key_f32",
+    "absmax_bits",
+    "minmax_keys",
+]
+
+#: The decorator of every element function. ``inline="always"`` inlines on Numba IR before typing,
+#: so the same function compiles inside CPU ``njit`` kernels, ``numba.cuda.jit`` kernels and a GPU-less
+#: ``cuda.compile_ptx``; ``error_model="numpy"`` gives IEEE results (``x / 0`` is inf, not an
+#: exception) when a function is called on its own, as the CUDA simulator calls them.
+element_function = njit(inline="always", error_model="numpy")
+
+_F32 = ir.FloatType()
+_I16 = ir.IntType(16)
+_I32 = ir.IntType(32)
+
+
+def _is_nvptx(builder) -> bool:
+    return "nvptx" in builder.module.triple
+
+
+@intrinsic
+def _f32_to_bits(typingctx, value):
+    """The IEEE bits of a float32, zero-extended to int64."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.zext(builder.bitcast(args[0], _I32), ir.IntType(64))
+
+    return types.int64(types.float32), codegen
+
+
+@intrinsic
+def _bits_to_f32(typingctx, value):
+    """The float32 whose IEEE bits are the low 32 bits of an int64."""
+    if value != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.trunc(args[0], _I32), _F32)
+
+    return types.float32(types.int64), codegen
+
+
+@intrinsic
+def _rint(typingctx, value):
+    """Round float32 to the nearest integer, ties to even, staying in float32."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(_F32, [_F32])
+        if _is_nvptx(builder):
+            asm = ir.InlineAsm(fnty, "cvt.rni.f32.f32 $0, $1;", "=f,f")
+            return builder.call(asm, args)
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.rint.f32")
+        return builder.call(fn, args)
+
+    return types.float32(types.float32), codegen
+
+
+@intrinsic
+def _to_f32(typingctx, value):
+    """Decode one input element to float32 by its storage type.
+
+    float32 passes through, float64 rounds (RNE), uint16 holds float16 bits,
+    int16 holds bfloat16 bits.
+    """
+    if value not in (types.float32, types.float64, types.uint16, types.int16):
+        return None
+
+    def codegen(context, builder, signature, args):
+        (v,) = args
+        if value == types.float32:
+            return v
+        if value == types.float64:
+            return builder.fptrunc(v, _F32)
+        if value == types.uint16:
+            return builder.fpext(builder.bitcast(v, ir.HalfType()), _F32)
+        wide = builder.shl(builder.zext(v, _I32), ir.Constant(_I32, 16))
+        return builder.bitcast(wide, _F32)
+
+    return types.float32(value), codegen
+
+
+@intrinsic
+def _from_f32(typingctx, value, like):
+    """Encode float32 into the storage type of ``like`` (RNE for the narrow types).
+
+    ``like`` float32 → float32; uint16 → float16 bits; int16 → bfloat16 bits
+    (NaN stays a quiet NaN with its sign).
+    """
+    if value != types.float32 or like not in (types.float32, types.uint16, types.int16):
+        return None
+
+    def codegen(context, builder, signature, args):
+        v = args[0]
+        if like == types.float32:
+            return v
+        if like == types.uint16:
+            return builder.bitcast(builder.fptrunc(v, ir.HalfType()), _I16)
+        bits = builder.bitcast(v, _I32)
+        upper = builder.lshr(bits, ir.Constant(_I32, 16))
+        lsb = builder.and_(upper, ir.Constant(_I32, 1))
+        rounded = builder.add(bits, builder.add(lsb, ir.Constant(_I32, 0x7FFF)))
+        rounded = builder.lshr(rounded, ir.Constant(_I32, 16))
+        quiet = builder.or_(upper, ir.Constant(_I32, 0x0040))
+        is_nan = builder.fcmp_unordered("uno", v, v)
+        return builder.trunc(builder.select(is_nan, quiet, rounded), _I16)
+
+    return like(types.float32, like), codegen
+
+
+@element_function
+def rint_f32(v):
+    """Round half to even in float32 (``cvt.rni.f32.f32`` on CUDA, ``llvm.rint`` on CPU)."""
+    return _rint(np.float32(v))
+
+
+@element_function
+def load_f32(v):
+    """Decode a float32/float64/float16-bits/bfloat16-bits element to float32."""
+    return _to_f32(v)
+
+
+@element_function
+def store_float(v, like):
+    """Encode a float32 value into the element type of ``like`` (see :func:`_from_f32`)."""
+    return _from_f32(np.float32(v), like)
+
+
+@element_function
+def f32_bits(v):
+    """The IEEE bits of ``v`` as float32, as a non-negative int64."""
+    return _f32_to_bits(np.float32(v))
+
+
+@element_function
+def bits_f32(bits):
+    """The float32 with IEEE bits ``bits`` (an integer below 2**32)."""
+    return _bits_to_f32(np.int64(bits))
+
+
+@element_function
+def abs_bits(v):
+    """``|v|`` as float32 bits (an int32): orders finite values, inf (0x7f800000) and NaN (above) as integers."""
+    return np.int32(f32_bits(load_f32(v)) & 0x7FFFFFFF)
+
+
+@element_function
+def order_key(v):
+    """An int32 key whose integer order is the float order of ``v`` (-0.0 below +0.0; NaN beyond ±inf).
+
+    Integer min/max reductions over these keys vectorize where float ones do not
+    (keep the accumulator int32 too: 8 lanes per AVX2 vector instead of 4). The keys
+    span the whole int32 range: -2**31 is the largest negative NaN, 2**31 - 1 the largest NaN.
+    """
+    b = np.int32(f32_bits(load_f32(v)))  # the bits, wrapped to a signed int32
+    return np.int32((b & 0x7FFFFFFF) ^ (b >> 31))
+
+
+@element_function
+def key_f32(key):
+    """The float32 of an :func:`order_key` (exact inverse)."""
+    k = np.int64(key)
+    return bits_f32(k if k >= 0 else ((-k - 1) | 0x80000000))
+
+
+@element_function
+def absmax_bits(xs):
+    """The largest :func:`abs_bits` of the slice ``xs`` (0 when empty).
+
+    The accumulator stays int32 so the loop vectorizes 8 lanes wide (an int64 one gets 4).
+    """
+    amax = np.int32(0)
+    for i in range(xs.size):
+        amax = np.int32(max(amax, abs_bits(xs[i])))
+    return amax
+
+
+@element_function
+def minmax_keys(xs):
+    """The smallest and largest :func:`order_key` of the slice ``xs`` (not empty), in int32 accumulators."""
+    lo = np.int32(0x7FFFFFFF)
+    hi = np.int32(-0x80000000)
+    for i in range(xs.size):
+        k = order_key(xs[i])
+        lo = np.int32(min(lo, k))
+        hi = np.int32(max(hi, k))
+    return lo, hi

@@ -1,0 +1,93 @@
+"""The block math of the scaled block formats: OCP MX (E8M0 scales), NVFP4 (E4M3 scales) and NF4 (amax)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..formats import get_format
+from ..modes import ScaleOp
+from .affine import code_bits, quantize_value
+from .bits import element_function
+from .minifloat import decode_e8m0, encode_fp
+
+__all__ = [
+    "E4M3",
+    "E2M1",
+    "mx_scale_code",
+    "mx_inverse_scale",
+    "mx_int8",
+    "MXINT8_STEP",
+    "nvfp4_block_scale",
+    "NF4_VALUES",
+    "nf4_code",
+]
+
+#: float8_e4m3fn encoding tuple (``QuantFormat.fp_params``), for NVFP4 block scales.
+E4M3 = get_format("float8_e4m3fn").fp_params
+#: float4_e2m1fn encoding tuple, for NVFP4 elements.
+E2M1 = get_format("float4_e2m1fn").fp_params
+#: The value of one MXINT8 code step, ``2**-6`` (elements are ``code / 64``).
+MXINT8_STEP = np.float32(0.015625)
+
+
+@element_function
+def mx_scale_code(amax_bits, emax, max_mantissa, round_up):
+    """The E8M0 shared-scale code of an MX block from the bits of its ``amax``.
+
+    OCP MX v1.0: ``2**(floor(log2(amax)) - emax)`` (``round_up=False``); with
+    ``round_up`` the smallest power of two that keeps ``amax / scale`` within the
+    element format's largest value (mantissa ``max_mantissa``), so nothing clips.
+    NaN or inf in the block gives the NaN code 0xff; codes clamp to [0, 254].
+    """
+    e = amax_bits >> 23
+    code = e - emax
+    if round_up and (amax_bits & 0x7FFFFF) > max_mantissa:
+        code += 1
+    code = min(max(code, np.int64(0)), np.int64(254))
+    return np.int64(0xFF) if e == 0xFF else code
+
+
+@element_function
+def mx_inverse_scale(code):
+    """``1 / scale`` for an E8M0 code (exact: ``2**(127 - code)``); 1.0 for the NaN code."""
+    c = np.int64(code)
+    return np.float32(1.0) if c == 0xFF else decode_e8m0(254 - c)
+
+
+@element_function
+def mx_int8(v):
+    """MXINT8 element: ``v * 64`` rounded half to even, clamped to ±127 (storage bits)."""
+    return code_bits(quantize_value(v, np.float32(64.0), np.float32(0.0), ScaleOp.MULTIPLY, False,
+                                    np.float32(-127.0), np.float32(127.0)), 0xFF)
+
+
+@element_function
+def nvfp4_block_scale(amax, six_global):
+    """modelopt's NVFP4 block scale code: ``e4m3(max(amax / (6 * global), 2**-9))``, 0 read as 1, NaN kept."""
+    s = amax / six_global
+    s = np.float32(1.0) if s == 0 else s
+    s = s if s != s else max(s, np.float32(0.001953125))
+    return encode_fp(s, E4M3, True)
+
+
+#: modelopt's NF4 table, as stored there: the 4-decimal values rounded to bfloat16.
+NF4_VALUES = (
+    np.float32(-1.0), np.float32(-0.6953125), np.float32(-0.5234375), np.float32(-0.39453125),
+    np.float32(-0.28515625), np.float32(-0.1845703125), np.float32(-0.09130859375), np.float32(0.0),
+    np.float32(0.07958984375), np.float32(0.1611328125), np.float32(0.24609375), np.float32(0.337890625),
+    np.float32(0.44140625), np.float32(0.5625), np.float32(0.72265625), np.float32(1.0),
+)
+
+
+@element_function
+def nf4_code(v):
+    """Index of the NF4 table entry nearest to float32 ``v`` (the first on a tie; 0 for NaN), as argmin does."""
+    x = np.float32(v)
+    best = np.int64(0)
+    best_d = abs(x - NF4_VALUES[0])
+    for i in range(1, 16):
+        d = abs(x - NF4_VALUES[i])
+        if d < best_d:
+            best = np.int64(i)
+            best_d = d
+    return best

@@ -1,0 +1,64 @@
+"""The packed-code bit layout, in one place.
+
+Codes fill a little-endian bit stream: code ``t`` of a group occupies bits
+``[bits * t, bits * (t + 1))`` of the group's word, and byte ``b`` of the group holds
+bits ``[8b, 8b + 8)``. So 4-bit codes pack two per byte (the first in the low
+nibble), 2-bit codes four per byte, 6-bit codes four in three bytes. NF4 is the one
+exception, modelopt's layout: the first code in the HIGH nibble.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .bits import element_function
+
+__all__ = ["pack_field", "unpack_field", "pack_pair", "pack_nf4_pair", "pack_byte_codes"]
+
+
+@element_function
+def pack_field(word, code, t, bits):
+    """``word`` with ``code`` (its low ``bits`` bits) placed as field ``t`` of the group.
+
+    With ``bits=8`` the fields are the group's bytes, so the same function joins bytes into a word.
+    """
+    return np.int64(word) | ((np.int64(code) & ((1 << bits) - 1)) << (np.int64(t) * bits))
+
+
+@element_function
+def unpack_field(word, t, bits):
+    """Field ``t`` of ``bits`` bits of a group's ``word``: a code, or with ``bits=8`` byte ``t``.
+
+    ``t`` is cast to int64 (an unsigned loop index times a signed width would be float64).
+    """
+    return (word >> (np.int64(t) * bits)) & ((1 << bits) - 1)
+
+
+@element_function
+def pack_pair(first, second):
+    """Two 4-bit codes in one byte, ``first`` in the low nibble."""
+    return (first & 15) | ((second & 15) << 4)
+
+
+@element_function
+def pack_nf4_pair(first, second):
+    """Two NF4 indices in one byte, ``first`` in the HIGH nibble (modelopt's NF4QTensor layout)."""
+    return pack_pair(second, first)
+
+
+@element_function
+def pack_byte_codes(words16, words32, out, bits):
+    """Pack byte codes, read as little-endian words of one buffer, into ``out``: one word per output byte.
+
+    4-bit: ``words16[j]`` holds codes ``2j`` and ``2j + 1``; 2-bit: ``words32[j]`` holds
+    codes ``4j`` .. ``4j + 3``. The loop is contiguous and vectorizes (packing straight
+    from the floats needs strided reads that do not).
+    """
+    if bits == 4:
+        for j in range(out.size):
+            w = words16[j]
+            out[j] = (w & 0x0F) | ((w >> 4) & 0xF0)
+    else:
+        for j in range(out.size):
+            w = words32[j]
+            out[j] = (w & 0x03) | ((w >> 6) & 0x0C) | ((w >> 12) & 0x30) | ((w >> 18) & 0xC0)
