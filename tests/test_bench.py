@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nbquant import bench
+from benchmarks import ratio as bench
 
 ROOT = Path(__file__).resolve().parents[1]
 ASV_DIR = ROOT / "asv_bench"
@@ -46,7 +46,7 @@ def test_select_cases():
 
 
 def test_ratio_benchmark_prints_table():
-    res = _run([sys.executable, "-m", "nbquant.bench", "--sizes", "2^10", "--repeats", "2"], ROOT)
+    res = _run([sys.executable, "-m", "benchmarks", "--sizes", "2^10", "--repeats", "2"], ROOT)
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert "median ms" in out and "%roof" in out and "threading layer" in out
@@ -57,7 +57,7 @@ def test_ratio_benchmark_prints_table():
 
 
 def test_ratio_benchmark_cuda_path_skips_or_runs():
-    res = _run([sys.executable, "-m", "nbquant.bench", "--device", "cuda", "--sizes", "2^10", "--repeats", "1",
+    res = _run([sys.executable, "-m", "benchmarks", "--device", "cuda", "--sizes", "2^10", "--repeats", "1",
                 "--cases", "q int8 per-tensor"], ROOT)
     assert res.returncode == 0, res.stderr
     assert "cuda benchmark skipped" in res.stdout or "median ms" in res.stdout

@@ -1,6 +1,6 @@
 """Side-by-side ratio benchmark: nbquant against the roofline, NumPy and installed peers.
 
-Run ``python -m nbquant.bench [--sizes 2^24,2^26] [--repeats 15] [--cases int8,int4]``.
+Run ``python -m benchmarks [--sizes 2^24,2^26] [--repeats 15] [--cases int8,int4]``.
 For every case and size, nbquant, the roofline cast and each peer are called in one
 process, interleaved (the order rotates every repeat), and the median of the repeats
 is reported with the effective bandwidth (bytes read + bytes written per call; bytes
@@ -1112,7 +1112,7 @@ def _cpu_model() -> str:
 
 def _git_commit() -> str:
     try:
-        here = Path(__file__).parent
+        here = Path(nbquant.__file__).parent
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=here, timeout=5).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], capture_output=True, text=True,
@@ -1144,7 +1144,7 @@ def machine_info(commit: str | None = None) -> list[str]:
         f"(threading layer {layer}, {numba.get_num_threads()} threads), nbquant {nbquant.__version__} "
         f"(git {commit or _git_commit()} at the start)",
         f"peers: {', '.join(peers) or 'none installed'}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}"
-        + (" (an OpenMP runtime was loaded before nbquant.bench: it may not apply)" if _OPENMP_PRELOADED else ""),
+        + (" (an OpenMP runtime was loaded before benchmarks: it may not apply)" if _OPENMP_PRELOADED else ""),
     ]
 
 
@@ -1187,7 +1187,7 @@ def select_cases(patterns: str | None) -> list[Case]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m nbquant.bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="2^24,2^26", help="element counts, e.g. 2^20,2^24 (default 2^24,2^26)")
     ap.add_argument("--repeats", type=int, default=15, help="timed calls per contender (median reported)")
     ap.add_argument("--cases", default=None, help="comma-separated substrings of case names (default: all)")
