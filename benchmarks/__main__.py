@@ -1,7 +1,7 @@
-"""``python -m benchmarks``: run the ratio benchmark (:func:`benchmarks.ratio.main`)."""
+"""``python -m benchmarks``: the ratio benchmark (:func:`benchmarks.ratio.main`); ``--help`` lists the options."""
 
 import sys
 
-from benchmarks.ratio import main
+from .ratio import main
 
 sys.exit(main())

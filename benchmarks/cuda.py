@@ -11,7 +11,8 @@ Usage::
 
     python -m benchmarks.cuda [--sizes 24,28] [--repeat 20]
 
-Not run in CI; docs/cuda.md records that no GPU has measured it yet.
+Run it from the repository root. CI only checks that it starts (``tests/test_bench.py``: without
+a GPU it exits 1 with a message); docs/cuda.md records that no GPU has measured it yet.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def _cases(n: int):
 
 
 def _time(cuda, fn, repeat: int) -> float:
+    """Median seconds of ``repeat`` calls of ``fn`` timed with CUDA events, after one untimed call."""
     start, stop = cuda.event(), cuda.event()
     fn()
     cuda.synchronize()
