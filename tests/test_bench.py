@@ -1,4 +1,7 @@
-"""Smoke tests of the benchmark tooling (not timings): the ratio benchmark and the asv suite.
+"""Smoke tests of the benchmark tooling (not timings): ``benchmarks/`` and the asv suite.
+
+The ratio benchmark (``python -m benchmarks``) runs every case at 2^10 elements; the cuda
+bandwidth benchmark (``python -m benchmarks.cuda``) either runs or says it needs a GPU.
 
 The asv tests are skipped when asv is not installed (``pip install -e .[bench]``).
 They run ``asv check`` and a quick dry run of one benchmark per capability module
@@ -17,11 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from nbquant import bench
+from benchmarks.cases import CASES, select_cases
+from benchmarks.ratio import parse_sizes
 
 ROOT = Path(__file__).resolve().parents[1]
 ASV_DIR = ROOT / "asv_bench"
 HAVE_ASV = importlib.util.find_spec("asv") is not None
+HAVE_NUMBA_CUDA = importlib.util.find_spec("numba_cuda") is not None
 #: One benchmark per capability module: quantize (allocating and out= via setup),
 #: packed, float-format, block-format and dynamic quantize plus dequantize (SQNR round trips), dequantize out=,
 #: calibrator collect and compute_amax, import time.
@@ -36,31 +41,40 @@ def _run(args: list[str], cwd: Path, env: dict | None = None, timeout: int = 120
 
 
 def test_parse_sizes():
-    assert bench.parse_sizes("2^10, 2**4,100") == [1024, 16, 100]
+    assert parse_sizes("2^10, 2**4,100") == [1024, 16, 100]
 
 
 def test_select_cases():
-    names = [c.name for c in bench.select_cases("int4,dq int8 per-tensor out=")]
+    names = [c.name for c in select_cases("int4,dq int8 per-tensor out=")]
     assert names and all("int4" in n or n == "dq int8 per-tensor out=" for n in names)
-    assert len(bench.select_cases(None)) == len(bench.CASES)
+    assert len(select_cases(None)) == len(CASES)
 
 
 def test_ratio_benchmark_prints_table():
-    res = _run([sys.executable, "-m", "nbquant.bench", "--sizes", "2^10", "--repeats", "2"], ROOT)
+    res = _run([sys.executable, "-m", "benchmarks", "--sizes", "2^10", "--repeats", "2"], ROOT)
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert "median ms" in out and "%roof" in out and "threading layer" in out
     assert "skipped" not in out, out
-    for case in bench.CASES:
+    for case in CASES:
         assert f"{case.name} " in out, case.name
-    assert out.count(" roofline ") == len(bench.CASES)
+    assert out.count(" roofline ") == len(CASES)
 
 
 def test_ratio_benchmark_cuda_path_skips_or_runs():
-    res = _run([sys.executable, "-m", "nbquant.bench", "--device", "cuda", "--sizes", "2^10", "--repeats", "1",
+    res = _run([sys.executable, "-m", "benchmarks", "--device", "cuda", "--sizes", "2^10", "--repeats", "1",
                 "--cases", "q int8 per-tensor"], ROOT)
     assert res.returncode == 0, res.stderr
     assert "cuda benchmark skipped" in res.stdout or "median ms" in res.stdout
+
+
+@pytest.mark.skipif(not HAVE_NUMBA_CUDA, reason="numba-cuda is not installed (pip install -e .[cuda])")
+def test_cuda_bandwidth_benchmark_runs_or_needs_a_gpu():
+    res = _run([sys.executable, "-m", "benchmarks.cuda", "--sizes", "17", "--repeat", "1"], ROOT)
+    if res.returncode == 0:
+        assert "device:" in res.stdout and "copy GB/s" in res.stdout, res.stdout
+    else:
+        assert res.returncode == 1 and "needs a real CUDA GPU" in res.stderr, res.stdout + res.stderr
 
 
 @pytest.mark.skipif(not HAVE_ASV, reason="asv is not installed (pip install -e .[bench])")

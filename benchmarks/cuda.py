@@ -9,9 +9,10 @@ bytes the kernel reads plus the bytes it writes, per second. The copy figure is
 
 Usage::
 
-    python tools/bench_cuda.py [--sizes 24,28] [--repeat 20]
+    python -m benchmarks.cuda [--sizes 24,28] [--repeat 20]
 
-Not run in CI; docs/cuda.md records that no GPU has measured it yet.
+Run it from the repository root. CI only checks that it starts (``tests/test_bench.py``: without
+a GPU it exits 1 with a message); docs/cuda.md records that no GPU has measured it yet.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def _cases(n: int):
 
 
 def _time(cuda, fn, repeat: int) -> float:
+    """Median seconds of ``repeat`` calls of ``fn`` timed with CUDA events, after one untimed call."""
     start, stop = cuda.event(), cuda.event()
     fn()
     cuda.synchronize()
@@ -65,7 +67,7 @@ def _time(cuda, fn, repeat: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; see the module docstring."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cuda", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="24,28", help="log2 of the element counts")
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args(argv)
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     from numba.cuda.core import config
 
     if config.ENABLE_CUDASIM or not cuda.is_available():
-        print("bench_cuda: needs a real CUDA GPU (not the simulator)", file=sys.stderr)
+        print("benchmarks.cuda: needs a real CUDA GPU (not the simulator)", file=sys.stderr)
         return 1
     name = cuda.get_current_device().name
     print(f"device: {name.decode() if isinstance(name, bytes) else name}")

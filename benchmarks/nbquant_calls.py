@@ -1,0 +1,97 @@
+"""nbquant's side of each case: ``call(problem, backend)`` returns the zero-argument call to time.
+
+``backend`` is None (nbquant's default, the cpu backend on host arrays) or ``"cuda"``
+(``--device cuda``, where the problem's arrays are on the device).
+"""
+
+from __future__ import annotations
+
+import nbquant
+
+from .problems import Bench, Problem, quantize_block_format
+
+
+def _layout_kwargs(p: Problem) -> dict:
+    return {k: v for k, v in p.kwargs.items() if k in ("axis", "block_size")}
+
+
+def nbq_quantize(p: Problem, backend: str | None = None, out: bool = False) -> Bench:
+    """``nbquant.quantize`` of the problem (into ``p.out`` when ``out``)."""
+    kw = dict(_layout_kwargs(p), packed=p.kwargs["packed"], backend=backend)
+    if out:
+        kw["out"] = p.out
+    src, scale, dtype = p.src, p.scale, p.kwargs["dtype"]
+    return lambda: nbquant.quantize(src, scale, dtype, **kw)
+
+
+def nbq_dequantize(p: Problem, backend: str | None = None, out: bool = False) -> Bench:
+    """``nbquant.dequantize`` of the problem (into ``p.out`` when ``out``)."""
+    kw = dict(_layout_kwargs(p), backend=backend)
+    if p.kwargs["packed"]:
+        kw["dtype"] = p.kwargs["dtype"]
+    if out:
+        kw["out"] = p.out
+    src, scale = p.src, p.scale
+    return lambda: nbquant.dequantize(src, scale, **kw)
+
+
+def nbq_mx_quantize(p: Problem, backend: str | None = None) -> Bench:
+    """``nbquant.quantize_mx`` / ``quantize_nvfp4`` (fused amax, scale and encode; no ``out=``)."""
+    x, fmt = p.src, p.kwargs["dtype"]
+    return lambda: quantize_block_format(x, fmt, backend)
+
+
+def nbq_mx_dequantize(p: Problem, backend: str | None = None) -> Bench:
+    """``nbquant.dequantize_mx`` / ``dequantize_nvfp4`` into a fresh float32 array."""
+    r, data, fmt = p.kwargs["block_formats"], p.src, p.kwargs["dtype"]
+    if fmt == "nvfp4":
+        return lambda: nbquant.dequantize_nvfp4(data, r.scales, r.global_scale, backend=backend)
+    return lambda: nbquant.dequantize_mx(data, r.scales, fmt, backend=backend)
+
+
+def nbq_quantize_dynamic(p: Problem, backend: str | None = None) -> Bench:
+    """``nbquant.quantize_dynamic`` (qparams and codes in one fused pass); returns (codes, scale, zero_point)."""
+    kw = {k: v for k, v in p.kwargs.items() if k != "dtype"}
+    src, dtype = p.src, p.kwargs["dtype"]
+    return lambda: nbquant.quantize_dynamic(src, dtype, backend=backend, **kw)
+
+
+def nbq_quantize_nf4(p: Problem, backend: str | None = None) -> Bench:
+    """``nbquant.quantize_nf4`` (fused absmax and nearest NF4 code, packed; no double quantization)."""
+    x, block = p.src, p.kwargs["block_size"]
+    return lambda: nbquant.quantize_nf4(x, block_size=block, backend=backend)
+
+
+def nbq_max_collect(p: Problem, backend: str | None = None) -> Bench:
+    """``MaxCalibrator.collect`` (per tensor), then ``compute_amax`` (a copy of one float); returns the amax.
+
+    One calibrator serves every call: its running max over the same batch stays that
+    batch's amax, so each call is one steady-state ``collect`` with a result the peers
+    can be compared with.
+    """
+    cal, x = nbquant.MaxCalibrator(backend=backend), p.src
+
+    def run():
+        cal.collect(x)
+        return cal.compute_amax()
+
+    return run
+
+
+def nbq_histogram_collect(p: Problem, backend: str | None = None) -> Bench:
+    """``HistogramCalibrator.collect`` of the batch into a fresh calibrator; returns its counts.
+
+    A fresh calibrator per call (its constructor is O(1)) keeps the timed call one
+    ``collect`` of one batch whose result is that batch's histogram. A kept calibrator
+    would add the same counts up call after call, and its later batches make the same
+    two passes over ``x`` (the amax, then the counts), merely adding the old counts
+    where the first batch builds the ``linspace`` edges.
+    """
+    x, bins = p.src, p.kwargs["num_bins"]
+
+    def run():
+        cal = nbquant.HistogramCalibrator(bins, backend=backend)
+        cal.collect(x)
+        return cal.histogram
+
+    return run

@@ -1,0 +1,135 @@
+"""Side-by-side ratio benchmark: nbquant against the roofline, NumPy and installed peers.
+
+Run ``python -m benchmarks [--sizes 2^24,2^26] [--repeats 15] [--cases int8,int4]`` from the
+repository root. For every case and size, nbquant, the roofline cast and each peer are
+called in one process, interleaved (the order rotates every repeat), and the median of
+the repeats is reported with the effective bandwidth (bytes read + bytes written per
+call; bytes read only for the calibrator cases, which only reduce their input):
+
+* ``%roof`` is ``t_roofline / t``: the share of a numba ``parallel=True`` cast of the
+  same shapes and dtypes into a preallocated buffer (float32 -> int8, float32 ->
+  packed uint8, int8 -> float32), or of a numba ``parallel=True`` ``max |x|`` over the
+  input for the calibrator cases (``--device cuda``: a device-to-device copy of the
+  same bytes);
+* ``nbq x`` is ``t / t_nbquant``: how many times faster nbquant is than that row.
+
+Peers are imported lazily and skipped silently when absent: NumPy always; torch
+(``torch.quantize_per_*``, ``quantized_decomposed``, ``Tensor.dequantize``,
+``torch.amax``, ``torch.histc``), torchao (``quantize_affine`` /
+``dequantize_affine``) and onnxruntime (``QuantizeLinear`` / ``DequantizeLinear``)
+when installed. nbquant never needs them.
+
+``OMP_WAIT_POLICY=PASSIVE`` is set on import (:mod:`benchmarks.threads`), before numba
+or torch load an OpenMP runtime: with spinning waiters, two OpenMP pools in one process
+stall each other.
+
+Dynamic cases (``nbquant.quantize_dynamic``: per-row int8, group-wise uint4 asymmetric
+as torchao's int4 weight-only; ``nbquant.quantize_nf4``) time the whole job (qparams,
+codes and packing) for every contender, packed and unpacked.
+
+Calibrator cases (``MaxCalibrator`` per tensor and ``HistogramCalibrator`` with its
+default 2048 bins) time one ``collect`` of one batch, the amax included, and compare
+the amax or the histogram counts with the peers' by value. ``compute_amax`` reads the
+histogram, not the tensor, so it has no place in this per-element table: the asv suite
+times it (``asv_bench/benchmarks/calibration.py``).
+
+The pieces: the cases (:mod:`benchmarks.cases`) and their arrays
+(:mod:`benchmarks.problems`); nbquant's calls (:mod:`benchmarks.nbquant_calls`); the
+peers (:mod:`benchmarks.numpy_peers`, :mod:`benchmarks.torch_peers`,
+:mod:`benchmarks.onnxruntime_peers`) and the ``same`` column
+(:mod:`benchmarks.comparison`); the roofline (:mod:`benchmarks.roofline`); the timing
+(:mod:`benchmarks.timing`); the header (:mod:`benchmarks.machine`). New cases are
+added by appending a :class:`benchmarks.cases.Case` to :data:`benchmarks.cases.CASES`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from collections.abc import Sequence
+
+from .cases import select_cases
+from .machine import git_commit, machine_info
+from .threads import use_threads
+from .timing import Row, cuda_unavailable_reason, run_case, run_case_cuda
+
+
+def _pow2(n: int) -> str:
+    return f"2^{n.bit_length() - 1}" if n & (n - 1) == 0 else str(n)
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    """The result table as fixed-width text."""
+    head = (f"{'case':<30} {'n':>5} {'impl':<33} {'median ms':>10} {'best ms':>9} {'GB/s':>6} {'%roof':>6} "
+            f"{'nbq x':>6} {'same':>6}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r.case:<30} {_pow2(r.n):>5} {r.impl:<33} {r.median * 1e3:>10.3f} {r.best * 1e3:>9.3f} "
+                     f"{r.gbps:>6.1f} {r.roof:>6.0%} {r.speedup:>6.2f} {r.match:>6}")
+    return "\n".join(lines)
+
+
+def parse_sizes(text: str) -> list[int]:
+    """Parse ``"2^20,2^24"``, ``"2**20"`` or ``"1048576"`` into element counts.
+
+    Examples
+    --------
+    >>> parse_sizes("2^10,2**12,4096")
+    [1024, 4096, 4096]
+    """
+    sizes = []
+    for tok in filter(None, (t.strip() for t in text.split(","))):
+        base, _, exp = tok.replace("**", "^").partition("^")
+        sizes.append(int(base) ** int(exp) if exp else int(base))
+    return sizes
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="2^24,2^26", help="element counts, e.g. 2^20,2^24 (default 2^24,2^26)")
+    ap.add_argument("--repeats", type=int, default=15, help="timed calls per contender (median reported)")
+    ap.add_argument("--cases", default=None, help="comma-separated substrings of case names (default: all)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (default) or cuda")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads for numba and torch (default: theirs; 1 is steadier on a busy machine)")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark and print the table.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        Command-line arguments (default: ``sys.argv[1:]``); ``--help`` lists them.
+
+    Returns
+    -------
+    int
+        The exit status: 0, also when the cuda backend cannot run (a skip message is printed)
+        or a case fails (it is reported and skipped).
+    """
+    args = _parser().parse_args(argv)
+    warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*deprecated")
+    cases, sizes = select_cases(args.cases), parse_sizes(args.sizes)
+    commit = git_commit()
+    if args.device == "cuda" and (reason := cuda_unavailable_reason()):
+        print(f"cuda benchmark skipped: {reason}")
+        return 0
+    if args.threads:
+        use_threads(args.threads)
+    runner = run_case_cuda if args.device == "cuda" else run_case
+    rows: list[Row] = []
+    for n in sizes:
+        for case in cases:
+            try:
+                rows.extend(runner(case, n, args.repeats))
+            except Exception as exc:  # noqa: BLE001 - report and go on with the other cases
+                print(f"{case.name} at {_pow2(n)}: skipped ({type(exc).__name__}: {exc})")
+    print("\n".join(machine_info(commit)))
+    print(f"device {args.device}; {args.repeats} interleaved repeats, medians; %roof = t_roofline / t; "
+          "nbq x = t / t_nbquant; GB/s = (bytes read + written) / median (calib: bytes read);\n"
+          "same: '=' same codes/values as nbquant (dynamic cases: codes, scales and zero points; "
+          "calib: amax or histogram counts), '≠k' k elements differ, '-' not comparable (unpacked int4, no result)")
+    print(format_table(rows))
+    return 0
