@@ -272,7 +272,7 @@ def quantize_dynamic(
     codes = device_result(None, shape, code_dtype) if device else np.empty(shape, code_dtype)
     scale, zp = _qparams_arrays(spec.layout.grid, device)
     store = codes.view(np.uint8 if spec.packed else fmt.storage)
-    if not impl.quantize_dynamic(x, spec, store, scale, zp):
+    if spec.fused_rows() is None or not impl.quantize_dynamic(x, spec, store, scale, zp):
         # Two passes: the block-grid qparams (on the host, small), then the backend's static quantize kernel.
         s_host, z_host = _qparams_arrays(spec.layout.grid, False)
         impl.choose_qparams(x, spec, s_host, z_host)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .formats import QuantFormat, get_format
-from .layout import BlockLayout
+from .layout import BlockLayout, row_blocks
 from .modes import Mapping, ScaleOp
 
 __all__ = ["QuantizeSpec", "DequantizeSpec", "BlockSpec", "DynamicSpec", "AmaxSpec", "NO_FLOAT_FORMAT"]
@@ -134,6 +134,20 @@ class DynamicSpec:
         if self.reciprocal:
             return "reciprocal"
         return "multiply" if self.scale_op == ScaleOp.MULTIPLY else "divide"
+
+    def fused_rows(self) -> tuple[int, int, int, int] | None:
+        """``(rows, columns, block, codes per byte)`` when one fused pass can quantize, else None.
+
+        The fused kernels take blocks that lie inside one row (per-row, per-group, ONNX
+        blocks along the last axis), more than one block in all, and, when packed,
+        blocks of whole bytes (or one block per row).
+        """
+        rv = row_blocks(self.layout)
+        if rv is None or self.layout.num_blocks == 1:
+            return None
+        rows, columns, bc = rv
+        k = self.format.codes_per_byte if self.packed else 1
+        return None if bc % k and bc < columns else (rows, columns, bc, k)
 
     def qparams_arguments(self) -> tuple:
         """The qparams arguments of the compiled kernels (``element.block_qparams`` after the keys)."""

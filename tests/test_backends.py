@@ -248,3 +248,20 @@ def test_every_cached_cpu_kernel_is_stamped():
               for v in vars(importlib.import_module(f"nbquant.backends.cpu.{name}")).values()
               if isinstance(v, Dispatcher) and hasattr(getattr(v, "_cache", None), "_cache_file")]
     assert cached and set(cached) == set(registry_.KERNELS)
+
+
+# --- the Backend interface ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["reference", "cpu", "cuda"])
+def test_every_backend_implements_every_operation(name):
+    """Each backend package exposes one object with every operation of the Backend Protocol, defined by it."""
+    from nbquant.backends.interface import OPERATIONS, Backend
+
+    if name == "cuda" and importlib.util.find_spec("numba_cuda") is None:
+        pytest.skip("numba-cuda is not installed")
+    backend = importlib.import_module(f"nbquant.backends.{name}").BACKEND
+    assert isinstance(backend, Backend) and backend.name == name
+    missing = [op for op in OPERATIONS if not any(op in vars(cls) for cls in type(backend).__mro__[:-1])]
+    assert not missing, missing
+    assert len(OPERATIONS) == 16 and "quantize" in OPERATIONS and "abs_histogram" in OPERATIONS

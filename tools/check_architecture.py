@@ -7,8 +7,8 @@ Each rule is a function ``(root) -> list[str]`` of offenders (empty: it holds), 
   or in functions (lazy imports count). Dynamic imports are seen without following data flow: EVERY non-docstring
   string literal equal to the dotted name of an existing nbquant submodule (``"nbquant.backends.cpu"`` passed to
   ``import_module`` or held in a dict of backend modules) is an edge too.
-- ``cuda-imports-no-cpu``, ``element-imports-no-backend``: no import path from the cuda backend (:data:`CUDA_PACKAGE`
-  and today's ``_cuda*``) to the cpu one (:data:`CPU_PACKAGE`, today's ``cpu_*``), nor from :data:`ELEMENT` to
+- ``cuda-imports-no-cpu``, ``element-imports-no-backend``: no import path from the cuda backend (:data:`CUDA_PACKAGE`)
+  to the cpu one (:data:`CPU_PACKAGE`), nor from :data:`ELEMENT` to
   :data:`BACKENDS` or anything in it; each offender is a shortest path.
 - ``simulator-only-in-runtime``: outside :data:`SIMULATOR_MODULE` no identifier has ``sim``/``simulat...`` as an
   underscore- or camel-case part or ``cudasim`` in it, and no non-docstring string says ``cudasim`` or
@@ -39,9 +39,6 @@ CPU_PACKAGE = "nbquant.backends.cpu"
 ELEMENT = "nbquant.element"
 BACKENDS = "nbquant.backends"
 SIMULATOR_MODULE = "nbquant/backends/cuda/runtime.py"
-#: Today's flat modules (``_cuda``, ``_cuda_blocks``, ...; ``cpu_blocks``, ...), matched as plain name prefixes.
-LEGACY_CUDA_PREFIXES = ("nbquant.backends._cuda",)
-LEGACY_CPU_PREFIXES = ("nbquant.backends.cpu_",)
 MAX_LINES = 500
 LINE_LIMITED_DIRS = ("nbquant", "benchmarks", "tools")
 CITING_PY_DIRS = ("nbquant", "tests", "tools", "benchmarks", "asv_bench")
@@ -189,9 +186,9 @@ def check_import_cycles(root: Path) -> list[str]:
     return sorted(cycles)
 
 
-def in_package(module: str, package: str, legacy_prefixes: tuple[str, ...] = ()) -> bool:
-    """Whether ``module`` is ``package`` or inside it, or starts with one of ``legacy_prefixes``."""
-    return module == package or module.startswith((f"{package}.", *legacy_prefixes))
+def in_package(module: str, package: str) -> bool:
+    """Whether ``module`` is ``package`` or inside it."""
+    return module == package or module.startswith(f"{package}.")
 
 
 def forbidden_paths(root: Path, is_source: Callable[[str], bool], is_target: Callable[[str], bool]) -> list[str]:
@@ -211,8 +208,7 @@ def forbidden_paths(root: Path, is_source: Callable[[str], bool], is_target: Cal
 
 def check_cuda_imports_no_cpu(root: Path) -> list[str]:
     """Return every import path from a cuda-backend module to a cpu-backend module."""
-    return forbidden_paths(root, lambda m: in_package(m, CUDA_PACKAGE, LEGACY_CUDA_PREFIXES),
-                           lambda m: in_package(m, CPU_PACKAGE, LEGACY_CPU_PREFIXES))
+    return forbidden_paths(root, lambda m: in_package(m, CUDA_PACKAGE), lambda m: in_package(m, CPU_PACKAGE))
 
 
 def check_element_imports_no_backend(root: Path) -> list[str]:

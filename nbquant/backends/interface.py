@@ -79,7 +79,11 @@ class Backend(Protocol):
         """Fill the block-grid ``scale`` (float32) and ``zero_point`` (int32) chosen from ``x``."""
 
     def quantize_dynamic(self, x, spec: DynamicSpec, out, scale, zero_point) -> bool:
-        """One fused pass: qparams and codes. Return False (writing nothing) where the layout needs two passes."""
+        """One fused pass over ``x``: qparams and codes; True when done, False when the backend has no fused pass.
+
+        Called only where ``spec.fused_rows()`` is not None; otherwise (and after False) the
+        front door runs :meth:`choose_qparams`, then :meth:`quantize` with those qparams.
+        """
 
     # --- modelopt operations (nbquant.modelopt_ops) --------------------------------------------
 

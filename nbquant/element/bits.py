@@ -44,27 +44,20 @@ def _is_nvptx(builder) -> bool:
 
 
 @intrinsic
-def _f32_to_bits(typingctx, value):
-    """The IEEE bits of a float32, zero-extended to int64."""
-    if value != types.float32:
-        return None
+def _reinterpret(typingctx, value):
+    """Reinterpret IEEE bits: float32 → its bits zero-extended to int64; int64 → the float32 of its low 32 bits."""
 
-    def codegen(context, builder, signature, args):
+    def to_bits(context, builder, signature, args):
         return builder.zext(builder.bitcast(args[0], _I32), ir.IntType(64))
 
-    return types.int64(types.float32), codegen
-
-
-@intrinsic
-def _bits_to_f32(typingctx, value):
-    """The float32 whose IEEE bits are the low 32 bits of an int64."""
-    if value != types.int64:
-        return None
-
-    def codegen(context, builder, signature, args):
+    def to_float(context, builder, signature, args):
         return builder.bitcast(builder.trunc(args[0], _I32), _F32)
 
-    return types.float32(types.int64), codegen
+    if value == types.float32:
+        return types.int64(types.float32), to_bits
+    if value == types.int64:
+        return types.float32(types.int64), to_float
+    return None
 
 
 @intrinsic
@@ -157,13 +150,13 @@ def store_float(v, like):
 @element_function
 def f32_bits(v):
     """The IEEE bits of ``v`` as float32, as a non-negative int64."""
-    return _f32_to_bits(np.float32(v))
+    return _reinterpret(np.float32(v))
 
 
 @element_function
 def bits_f32(bits):
     """The float32 with IEEE bits ``bits`` (an integer below 2**32)."""
-    return _bits_to_f32(np.int64(bits))
+    return _reinterpret(np.int64(bits))
 
 
 @element_function

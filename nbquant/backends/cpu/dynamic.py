@@ -9,7 +9,7 @@
   while it is still in L1.
 * Other granularities (per-tensor, per-channel, 2-D blocks) take a reduction pass
   (:func:`block_reduce_kernel`, :func:`flat_reduce_kernel`), a small qparams pass
-  over the block grid, then the static quantize kernels of :mod:`.static`.
+  over the block grid, then the static quantize kernels of :mod:`.elementwise`.
 
 All numerics live in :mod:`nbquant.element`.
 """
@@ -29,11 +29,11 @@ from ...element import (
     order_key,
     pack_byte_codes,
 )
-from ...layout import canonical_dims, row_blocks
+from ...layout import canonical_dims
 from ...modes import Mapping
 from .._views import kernel_float_view
 from ._kernel import ROW_TILE, cpu_kernel, row_tile
-from .static import quantize_block
+from .elementwise import quantize_block
 
 #: Elements of a row the fused kernel reduces, then quantizes, while they are in L1 (whole blocks).
 _CHUNK = 4096
@@ -246,15 +246,9 @@ class DynamicOps:
         qparams_kernel(lo, hi, *spec.qparams_arguments(), scale.reshape(-1), zp.reshape(-1))
 
     def quantize_dynamic(self, x, spec, out, scale, zp) -> bool:
-        """Fused one-pass dynamic quantize when the layout allows it; False if the caller must use two passes."""
+        """The fused one-pass dynamic quantize (called where ``spec.fused_rows()`` is not None)."""
+        rows, C, bc, k = spec.fused_rows()
         fmt = spec.format
-        rv = row_blocks(spec.layout)
-        if rv is None or spec.layout.num_blocks == 1:
-            return False
-        rows, C, bc = rv
-        k = fmt.codes_per_byte if spec.packed else 1
-        if spec.packed and bc % k and bc < C:
-            return False
         x2 = kernel_float_view(x).reshape(rows, C)
         o2 = out.reshape(rows, C // k)
         s2 = scale.reshape(rows, -1)

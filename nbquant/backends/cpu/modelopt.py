@@ -1,11 +1,8 @@
-"""CPU kernels of the modelopt operations and the calibrator: fake quantization, its gradient, the histogram.
+"""The cpu backend's modelopt operations and the calibrator's histogram.
 
-* :func:`fake_amax_kernel` fake-quantizes from a block-grid amax (integer or fp8),
-  :func:`fake_affine_kernel` is the legacy FakeAffine, :func:`ste_kernel` the
-  straight-through gradient, and :func:`histogram_kernel` counts ``|x|`` for
-  :class:`~nbquant.calibration.HistogramCalibrator`.
-
-All numerics live in :mod:`nbquant.element`.
+Fake quantization from a block-grid amax, the legacy FakeAffine and the
+straight-through gradient run the kernels of :mod:`.elementwise`;
+:func:`histogram_kernel` counts ``|x|`` for :class:`~nbquant.calibration.HistogramCalibrator`.
 """
 
 from __future__ import annotations
@@ -15,91 +12,13 @@ import numpy as np
 from numba import prange
 
 from ...element import (
-    affine_fake_value,
-    amax_code,
-    amax_scales,
-    e4m3_scales,
     histogram_bin,
-    scaled_minifloat_fake,
-    ste_value,
-    store_float,
 )
 from ...layout import canonical_views
 from .._views import kernel_float_view, output_float_like
-from ._kernel import cpu_kernel, row_tile, work_unit
+from ._kernel import cpu_kernel, row_tile
 from .dynamic import UNITS_PER_THREAD
-
-
-@cpu_kernel
-def fake_amax_kernel(x, amax, is_float, maxbound, qmin, qmax, fp, bp, br, bc, tile, like, out, store_codes, codes):
-    """modelopt fake quant of ``x`` (P, R, C) with a block-grid ``amax`` (GP, GR, GC) into ``out``.
-
-    Integer path: ``clamp(rne(x * S)) / S`` (:func:`~nbquant.element.amax_scales`); with
-    ``store_codes`` the float32 code values go to ``codes`` (x's shape) too.
-    Float path (``is_float``): ``decode(encode(clamp(x * S))) * fl(1 / S)`` with
-    ``S = fl(fl(1 / amax) * maxbound)``.
-    """
-    P, R, C = x.shape
-    ntiles = (C + tile - 1) // tile
-    for unit in prange(P * R * ntiles):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = c // bc
-        while c < end:
-            stop = min((g + 1) * bc, end)
-            a = amax[sp, sr, g]
-            xs, os = x[p, r, c:stop], out[p, r, c:stop]
-            if is_float:
-                s, inv = e4m3_scales(a, maxbound)
-                for i in range(xs.size):
-                    os[i] = store_float(scaled_minifloat_fake(xs[i], s, inv, maxbound, fp), like)
-            else:
-                sq, sdq = amax_scales(a, maxbound)
-                if store_codes:
-                    cs = codes[p, r, c:stop]
-                    for i in range(xs.size):
-                        q = amax_code(xs[i], sq, qmin, qmax)
-                        cs[i] = q
-                        os[i] = store_float(q / sdq, like)
-                else:
-                    for i in range(xs.size):
-                        os[i] = store_float(amax_code(xs[i], sq, qmin, qmax) / sdq, like)
-            c = stop
-            g += 1
-
-
-@cpu_kernel
-def fake_affine_kernel(x, step, qz, minb, maxb, tile, like, out):
-    """Legacy FakeAffine: ``(clamp(rne(x / step) - qz, minb, maxb) + qz) * step`` over ``x`` (rows, n)."""
-    rows, n = x.shape
-    ntiles = (n + tile - 1) // tile
-    lo = np.float32(minb)
-    hi = np.float32(maxb)
-    for unit in prange(rows * ntiles):
-        r = unit // ntiles
-        c = (unit - r * ntiles) * tile
-        xs, os = x[r, c:min(c + tile, n)], out[r, c:min(c + tile, n)]
-        for i in range(xs.size):
-            os[i] = store_float(affine_fake_value(xs[i], step, qz, lo, hi), like)
-
-
-@cpu_kernel
-def ste_kernel(grad, x, lo, hi, bp, br, bc, tile, like, out):
-    """``out = grad where lo <= x <= hi else 0`` over (P, R, C) with block-grid bounds ``lo``/``hi``."""
-    P, R, C = x.shape
-    ntiles = (C + tile - 1) // tile
-    for unit in prange(P * R * ntiles):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = c // bc
-        while c < end:
-            stop = min((g + 1) * bc, end)
-            a = lo[sp, sr, g]
-            b = hi[sp, sr, g]
-            xs, gs, os = x[p, r, c:stop], grad[p, r, c:stop], out[p, r, c:stop]
-            for i in range(xs.size):
-                os[i] = store_float(ste_value(gs[i], xs[i], a, b), like)
-            c = stop
-            g += 1
-
+from .elementwise import fake_affine_kernel, fake_amax_kernel, ste_kernel
 
 #: Elements whose bins :func:`histogram_kernel` computes in one vectorized loop before counting them.
 _HIST_CHUNK = 2048

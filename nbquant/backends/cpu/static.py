@@ -1,320 +1,16 @@
-"""CPU static quantize and dequantize: Numba ``njit(parallel=True)`` loops over the canonical layout.
+"""The cpu backend's static quantize and dequantize: the canonical views of a call, each run by one kernel.
 
-Kernels loop over the canonical ``(P, R, C)`` layout from
-:func:`nbquant.layout.canonical_views`: parallel over work units of one row tile,
-rows outer, a contiguous inner loop per scale block so the element functions
-vectorize. The scale of a block is read once per block; no index is divided per
-element. All numerics live in :mod:`nbquant.element`.
+The kernels are in :mod:`.elementwise`.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
-from ...element import (
-    code_bits,
-    code_value,
-    dequantize_value,
-    element_function,
-    float_value,
-    pack_byte_codes,
-    pack_field,
-    pack_pair,
-    quantize_float_value,
-    quantize_value,
-    store_float,
-    unpack_field,
-)
 from ...layout import canonical_views
-from ...modes import ScaleOp
 from .._views import kernel_float_view, output_float_like
-from ._kernel import cpu_kernel, row_tile, work_unit
-
-# Inner loops index slices from 0: a loop index that starts elsewhere keeps Numba's
-# negative-index wraparound check alive and stops vectorization (5x slower).
-
-
-@cpu_kernel
-def quantize_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, mask, bp, br, bc, tile, out):
-    """Quantize ``x`` (P, R, C) into unsigned code storage ``out`` (P, R, C).
-
-    ``bc == 1`` needs ``zp`` of the scale's shape (zeros when absent).
-    """
-    P, R, C = x.shape
-    ntiles = (C + tile - 1) // tile
-    for unit in prange(P * R * ntiles):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        if bc == 1:
-            quantize_columns(x[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], out[p, r, c:end], scale_op,
-                             zp_before, qmin, qmax, mask)
-            continue
-        g = c // bc
-        while c < end:
-            stop = min((g + 1) * bc, end)
-            s = scale[sp, sr, g]
-            z = zp[sp, sr, g] if has_zp else np.float32(0)
-            quantize_block(x[p, r, c:stop], out[p, r, c:stop], s, z, scale_op, zp_before, qmin, qmax, mask)
-            c = stop
-            g += 1
-
-
-# The kernels call the helpers below with ``scale_op`` as a literal constant, one call per
-# value, so each inner loop is compiled for one scale op: the multiply path never divides
-# (a float32 divide costs more than the memory traffic on two cores).
-
-
-@element_function
-def _quantize_block(xs, os, s, z, scale_op, zp_before, qmin, qmax, mask):
-    """Codes of one scale block ``xs`` into ``os``."""
-    for i in range(xs.size):
-        os[i] = code_bits(quantize_value(xs[i], s, z, scale_op, zp_before, qmin, qmax), mask)
-
-
-@element_function
-def _quantize_columns(xs, ss, zs, os, scale_op, zp_before, qmin, qmax, mask):
-    """Codes of ``xs`` with one scale and zero point per element (``ss``, ``zs``) into ``os``."""
-    for i in range(xs.size):
-        os[i] = code_bits(quantize_value(xs[i], ss[i], zs[i], scale_op, zp_before, qmin, qmax), mask)
-
-
-@element_function
-def quantize_block(xs, os, s, z, scale_op, zp_before, qmin, qmax, mask):
-    """:func:`_quantize_block` compiled per scale op."""
-    if scale_op == ScaleOp.MULTIPLY:
-        _quantize_block(xs, os, s, z, ScaleOp.MULTIPLY, zp_before, qmin, qmax, mask)
-    else:
-        _quantize_block(xs, os, s, z, ScaleOp.DIVIDE, zp_before, qmin, qmax, mask)
-
-
-@element_function
-def quantize_columns(xs, ss, zs, os, scale_op, zp_before, qmin, qmax, mask):
-    """:func:`_quantize_columns` compiled per scale op."""
-    if scale_op == ScaleOp.MULTIPLY:
-        _quantize_columns(xs, ss, zs, os, ScaleOp.MULTIPLY, zp_before, qmin, qmax, mask)
-    else:
-        _quantize_columns(xs, ss, zs, os, ScaleOp.DIVIDE, zp_before, qmin, qmax, mask)
-
-
-#: Codes a packing kernel quantizes into a byte buffer (in L1) before packing them in one loop.
-PACK_CHUNK = 4096
-
-
-@cpu_kernel
-def quantize_packed_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, nbits, bp, br, bc, tile, out):
-    """Quantize ``x`` (P, R, C) into packed bytes ``out`` (P, R, C / k), first code in the low bits.
-
-    A work unit quantizes its tile in chunks of :data:`PACK_CHUNK` codes into a byte
-    buffer (per scale block, or per column when ``bc == 1``; blocks need not cover
-    whole bytes), then packs each chunk with :func:`~nbquant.element.pack_byte_codes`. ``bc == 1`` needs
-    ``zp`` of the scale's shape (zeros when absent).
-    """
-    P, R, C = x.shape
-    kshift = 1 if nbits == 4 else 2  # byte index = code index >> kshift (tiles and chunks hold whole bytes)
-    mask = (1 << nbits) - 1
-    ntiles = (C + tile - 1) // tile
-    for unit in prange(P * R * ntiles):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        codes = np.empty(PACK_CHUNK, np.uint8)
-        words16 = codes.view(np.uint16)
-        words32 = codes.view(np.uint32)
-        g = c // bc
-        while c < end:
-            stop = min(c + PACK_CHUNK, end)
-            if bc == 1:
-                quantize_columns(x[p, r, c:stop], scale[sp, sr, c:stop], zp[sp, sr, c:stop], codes[:stop - c],
-                                 scale_op, zp_before, qmin, qmax, mask)
-            else:
-                b = c
-                while b < stop:
-                    b_end = min((g + 1) * bc, stop)
-                    z = zp[sp, sr, g] if has_zp else np.float32(0)
-                    quantize_block(x[p, r, b:b_end], codes[b - c:b_end - c], scale[sp, sr, g], z, scale_op, zp_before,
-                                   qmin, qmax, mask)
-                    if b_end == (g + 1) * bc:
-                        g += 1
-                    b = b_end
-            pack_byte_codes(words16, words32, out[p, r, c >> kshift:stop >> kshift], nbits)
-            c = stop
-
-
-@cpu_kernel
-def dequantize_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
-    """Dequantize unsigned code storage ``q`` (P, R, C) into ``out`` (float storage like ``like``).
-
-    ``bc == 1`` needs ``zp`` of the scale's shape (zeros when absent).
-    """
-    P, R, C = q.shape
-    ntiles = (C + tile - 1) // tile
-    for unit in prange(P * R * ntiles):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        if bc == 1:
-            qs, ss, zs, os = q[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], out[p, r, c:end]
-            for i in range(qs.size):
-                os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), ss[i], zs[i]), like)
-            continue
-        g = c // bc
-        while c < end:
-            stop = min((g + 1) * bc, end)
-            s = scale[sp, sr, g]
-            z = zp[sp, sr, g] if has_zp else np.float32(0)
-            qs, os = q[p, r, c:stop], out[p, r, c:stop]
-            for i in range(qs.size):
-                os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), s, z), like)
-            c = stop
-            g += 1
-
-
-@element_function
-def _dequantize_bytes(qs, os, s, z, nbits, signed, like):
-    """Unpack and dequantize the bytes ``qs`` of one scale block into ``os`` (4-bit or 2-bit codes)."""
-    if nbits == 4:
-        for j in range(qs.size):
-            byte = qs[j]
-            os[2 * j] = store_float(dequantize_value(code_value(unpack_field(byte, 0, 4), 4, signed), s, z), like)
-            os[2 * j + 1] = store_float(dequantize_value(code_value(unpack_field(byte, 1, 4), 4, signed), s, z), like)
-    else:
-        for j in range(qs.size):
-            byte = qs[j]
-            for t in range(4):
-                code = code_value(unpack_field(byte, t, 2), 2, signed)
-                os[4 * j + t] = store_float(dequantize_value(code, s, z), like)
-
-
-@cpu_kernel
-def dequantize_packed_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
-    """Dequantize packed bytes ``q`` (P, R, C / k) into ``out`` (P, R, C); blocks as in the packed quantize."""
-    P, R, C = out.shape
-    k = 8 // nbits
-    kshift = 1 if k == 2 else 2  # byte index = code index >> kshift (a per-block division costs ~2 cycles/code)
-    aligned = bc % k == 0 or bc >= C
-    ntiles = (C + tile - 1) // tile
-    for unit in prange(P * R * ntiles):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = c // bc
-        if aligned:
-            while c < end:
-                stop = min((g + 1) * bc, end)
-                z = zp[sp, sr, g] if has_zp else np.float32(0)
-                qs, os = q[p, r, c >> kshift:stop >> kshift], out[p, r, c:stop]
-                _dequantize_bytes(qs, os, scale[sp, sr, g], z, nbits, signed, like)
-                c = stop
-                g += 1
-            continue
-        left = (g + 1) * bc - c
-        qs, os = q[p, r, c // k:end // k], out[p, r, c:end]
-        for j in range(qs.size):
-            byte = qs[j]
-            for t in range(k):
-                if left == 0:
-                    g += 1
-                    left = bc
-                z = zp[sp, sr, g] if has_zp else np.float32(0)
-                v = dequantize_value(code_value(unpack_field(byte, t, nbits), nbits, signed), scale[sp, sr, g], z)
-                os[j * k + t] = store_float(v, like)
-                left -= 1
-
-
-@cpu_kernel
-def quantize_float_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, tile, out):
-    """Encode ``x / scale`` (P, R, C) as floating-point codes ``out`` (P, R, C), one per byte."""
-    P, R, C = x.shape
-    ntiles = (C + tile - 1) // tile
-    for unit in prange(P * R * ntiles):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = c // bc
-        while c < end:
-            stop = min((g + 1) * bc, end)
-            s = scale[sp, sr, g]
-            xs, os = x[p, r, c:stop], out[p, r, c:stop]
-            for i in range(xs.size):
-                os[i] = quantize_float_value(xs[i], s, scale_op, fp, saturate)
-            c = stop
-            g += 1
-
-
-@element_function
-def _next_scale_block(g, left, bc):
-    """Advance a running block index: ``left`` codes remain in block ``g``; returns the block of the next code."""
-    if left == 0:
-        return g + 1, bc - 1
-    return g, left - 1
-
-
-@cpu_kernel
-def quantize_float_packed_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, tile, out):
-    """Encode ``x / scale`` (P, R, C) as packed 4-bit (2 per byte) or 6-bit (4 in 3 bytes) floating-point codes.
-
-    Codes fill a little-endian bit stream, the first element in the lowest bits.
-    """
-    P, R, C = x.shape
-    six = fp[0] + fp[1] == 5
-    k = 4 if six else 2
-    m = 3 if six else 1
-    ntiles = (C + tile - 1) // tile
-    for unit in prange(P * R * ntiles):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = c // bc
-        left = (g + 1) * bc - c
-        xs, os = x[p, r, c:end], out[p, r, c // k * m:end // k * m]
-        for j in range(xs.size // k):
-            g, left = _next_scale_block(g, left, bc)
-            c0 = quantize_float_value(xs[k * j], scale[sp, sr, g], scale_op, fp, saturate)
-            g, left = _next_scale_block(g, left, bc)
-            c1 = quantize_float_value(xs[k * j + 1], scale[sp, sr, g], scale_op, fp, saturate)
-            if six:
-                g, left = _next_scale_block(g, left, bc)
-                c2 = quantize_float_value(xs[4 * j + 2], scale[sp, sr, g], scale_op, fp, saturate)
-                g, left = _next_scale_block(g, left, bc)
-                c3 = quantize_float_value(xs[4 * j + 3], scale[sp, sr, g], scale_op, fp, saturate)
-                word = pack_field(pack_field(pack_field(pack_field(0, c0, 0, 6), c1, 1, 6), c2, 2, 6), c3, 3, 6)
-                for b in range(3):
-                    os[3 * j + b] = unpack_field(word, b, 8)
-            else:
-                os[j] = pack_pair(c0, c1)
-
-
-@cpu_kernel
-def dequantize_float_kernel(q, scale, fp, bp, br, bc, tile, like, out):
-    """Decode floating-point codes ``q`` (P, R, C) times their scale into ``out``."""
-    P, R, C = q.shape
-    ntiles = (C + tile - 1) // tile
-    for unit in prange(P * R * ntiles):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = c // bc
-        while c < end:
-            stop = min((g + 1) * bc, end)
-            s = scale[sp, sr, g]
-            qs, os = q[p, r, c:stop], out[p, r, c:stop]
-            for i in range(qs.size):
-                os[i] = store_float(float_value(qs[i], s, fp), like)
-            c = stop
-            g += 1
-
-
-@cpu_kernel
-def dequantize_float_packed_kernel(q, scale, fp, bp, br, bc, tile, like, out):
-    """Decode packed 4-bit or 6-bit floating-point codes ``q`` (see the packed quantize) into ``out`` (P, R, C)."""
-    P, R, C = out.shape
-    six = fp[0] + fp[1] == 5
-    k = 4 if six else 2
-    m = 3 if six else 1
-    ntiles = (C + tile - 1) // tile
-    for unit in prange(P * R * ntiles):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = c // bc
-        left = (g + 1) * bc - c
-        qs, os = q[p, r, c // k * m:end // k * m], out[p, r, c:end]
-        for j in range(os.size // k):
-            if six:
-                word = pack_field(pack_field(pack_field(0, qs[3 * j], 0, 8), qs[3 * j + 1], 1, 8), qs[3 * j + 2], 2, 8)
-            else:
-                word = np.int64(qs[j])
-            for t in range(k):
-                g, left = _next_scale_block(g, left, bc)
-                code = unpack_field(word, t, fp[0] + fp[1] + 1)
-                os[k * j + t] = store_float(float_value(code, scale[sp, sr, g], fp), like)
-
+from . import elementwise as kernels
+from ._kernel import row_tile
 
 _NO_ZERO_POINT = np.zeros((1, 1, 1), np.float32)
 
@@ -337,16 +33,16 @@ class StaticOps:
         for (x3, o3), (s3, *z3), (bp, br, bc) in canonical_views(spec.layout, [xk, out], params, [1, group]):
             tile = row_tile(x3.shape[2], group[0])
             if fmt.is_float:
-                kernel = quantize_float_packed_kernel if spec.packed else quantize_float_kernel
+                kernel = kernels.quantize_float_packed_kernel if spec.packed else kernels.quantize_float_kernel
                 kernel(x3, s3, int(spec.scale_op), fmt.fp_params, spec.saturate, bp, br, bc, tile, o3)
                 continue
             zp3 = z3[0] if has_zp else _zero_points(s3, bc)
             args = (x3, s3, zp3, has_zp, int(spec.scale_op), spec.zero_point_before,
                     np.float32(spec.qmin), np.float32(spec.qmax))
             if spec.packed:
-                quantize_packed_kernel(*args, fmt.bits, bp, br, bc, tile, o3)
+                kernels.quantize_packed_kernel(*args, fmt.bits, bp, br, bc, tile, o3)
             else:
-                quantize_kernel(*args, fmt.mask, bp, br, bc, tile, o3)
+                kernels.quantize_kernel(*args, fmt.mask, bp, br, bc, tile, o3)
 
     def dequantize(self, q, scale, zero_point, spec, out) -> None:
         """Run the dequantize kernel over every canonical block of ``q``."""
@@ -359,9 +55,9 @@ class StaticOps:
         for (q3, o3), (s3, *z3), (bp, br, bc) in canonical_views(spec.layout, [q, outk], params, [group, 1]):
             tile = row_tile(o3.shape[2], group[0])
             if fmt.is_float:
-                kernel = dequantize_float_packed_kernel if spec.packed else dequantize_float_kernel
+                kernel = kernels.dequantize_float_packed_kernel if spec.packed else kernels.dequantize_float_kernel
                 kernel(q3, s3, fmt.fp_params, bp, br, bc, tile, like, o3)
                 continue
             zp3 = z3[0] if has_zp else _zero_points(s3, bc)
-            kernel = dequantize_packed_kernel if spec.packed else dequantize_kernel
+            kernel = kernels.dequantize_packed_kernel if spec.packed else kernels.dequantize_kernel
             kernel(q3, s3, zp3, has_zp, fmt.bits, fmt.signed, bp, br, bc, tile, like, o3)

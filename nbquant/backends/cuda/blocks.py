@@ -4,7 +4,7 @@
   block's ``amax`` over the float bits (an integer max: NaN bits sort above inf, so a NaN
   or inf block gets the NaN scale), writes the E8M0 code, then encodes the block's
   elements (saturating minifloat, or MXINT8's ``rne(v * 64)``), packing mxfp4 two per byte.
-* :func:`nvfp4_quantize_kernel` / :func:`nf4_quantize_kernel`: the same with NVFP4's E4M3
+* :func:`nvfp4_quantize_kernel` / :func:`nf4_quantize_kernel`: the same with NVFP4's element.E4M3
   block scale (the global scale is an argument: the host computes it from ``amax``) and
   NF4's amax scale and table indices.
 * the dequantize kernels: one thread per block, ``element * scale``.
@@ -22,36 +22,24 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, types
 
-from ...element import (
-    E2M1,
-    E4M3,
-    MXINT8_STEP,
-    NF4_VALUES,
-    abs_bits,
-    bits_f32,
-    code_value,
-    decode_e8m0,
-    decode_fp,
-    encode_fp,
-    load_f32,
-    mx_int8,
-    mx_inverse_scale,
-    mx_scale_code,
-    nf4_code,
-    nvfp4_block_scale,
-    pack_nf4_pair,
-    pack_pair,
-    store_float,
-    unpack_field,
-)
+from ... import element
 from .._views import float32_from_bits, kernel_float_view, output_float_like
 from . import runtime
 from ._loops import U1, thread_start
-from .runtime import INPUT_DTYPES, OUTPUT_DTYPES, REDUCE_THREADS, array_type, cuda_kernel, scalar_type
+from .runtime import (
+    B1,
+    F32,
+    FP_TUPLE,
+    I64,
+    INPUT_DTYPES,
+    OUTPUT_DTYPES,
+    REDUCE_THREADS,
+    array_type,
+    cuda_kernel,
+    scalar_type,
+)
 
-_I64, _F32, _B1 = types.int64, types.float32, types.boolean
 _U8 = array_type(np.uint8, 2)
-_FP = types.UniTuple(_I64, 7)
 _U2 = np.uint64(2)
 
 _FROM_FLOATS = [(d,) for d in INPUT_DTYPES]
@@ -60,15 +48,15 @@ _TO_FLOATS = [(o,) for o in OUTPUT_DTYPES]
 
 @cuda.jit(device=True, inline="always")
 def _absmax_bits(xs, c, end):
-    """The largest ``abs_bits`` of ``xs[c:end]`` (0 when empty)."""
+    """The largest ``element.abs_bits`` of ``xs[c:end]`` (0 when empty)."""
     amax = np.int64(0)
     while c < end:
-        amax = max(amax, abs_bits(xs[c]))
+        amax = max(amax, element.abs_bits(xs[c]))
         c += U1
     return amax
 
 
-@cuda_kernel(lambda d: types.void(array_type(d, 2), _I64, _I64, _I64, _B1, _FP, _B1, _B1, _U8, _U8), _FROM_FLOATS)
+@cuda_kernel(lambda d: types.void(array_type(d, 2), I64, I64, I64, B1, FP_TUPLE, B1, B1, _U8, _U8), _FROM_FLOATS)
 def mx_quantize_kernel(x, block, emax, max_mantissa, round_up, fp, is_int, packed, codes, scales):
     """MX quantize ``x`` (rows, n): E8M0 ``scales`` (rows, n / block) and ``codes`` (rows, n or n / 2)."""
     rows = np.uint64(x.shape[0])
@@ -82,29 +70,29 @@ def mx_quantize_kernel(x, block, emax, max_mantissa, round_up, fp, is_int, packe
         while b < nblocks:
             c = b * ub
             c1 = c + ub
-            code = mx_scale_code(_absmax_bits(xs, c, c1), emax, max_mantissa, round_up)
+            code = element.mx_scale_code(_absmax_bits(xs, c, c1), emax, max_mantissa, round_up)
             ss[b] = code
-            inv = mx_inverse_scale(code)
+            inv = element.mx_inverse_scale(code)
             if packed:
                 j = c // _U2
                 while c < c1:
-                    cs[j] = pack_pair(encode_fp(load_f32(xs[c]) * inv, fp, True),
-                                      encode_fp(load_f32(xs[c + U1]) * inv, fp, True))
+                    cs[j] = element.pack_pair(element.encode_fp(element.load_f32(xs[c]) * inv, fp, True),
+                                      element.encode_fp(element.load_f32(xs[c + U1]) * inv, fp, True))
                     j += U1
                     c += _U2
             elif is_int:
                 while c < c1:
-                    cs[c] = mx_int8(load_f32(xs[c]) * inv)
+                    cs[c] = element.mx_int8(element.load_f32(xs[c]) * inv)
                     c += U1
             else:
                 while c < c1:
-                    cs[c] = encode_fp(load_f32(xs[c]) * inv, fp, True)
+                    cs[c] = element.encode_fp(element.load_f32(xs[c]) * inv, fp, True)
                     c += U1
             b += stride
         row += np.uint64(cuda.gridDim.y)
 
 
-@cuda_kernel(lambda o: types.void(_U8, _U8, _I64, _FP, _B1, _B1, scalar_type(o), array_type(o, 2)), _TO_FLOATS)
+@cuda_kernel(lambda o: types.void(_U8, _U8, I64, FP_TUPLE, B1, B1, scalar_type(o), array_type(o, 2)), _TO_FLOATS)
 def mx_dequantize_kernel(codes, scales, block, fp, is_int, packed, like, out):
     """MX dequantize ``codes`` with E8M0 ``scales`` into ``out`` (rows, n): ``element * 2**(scale - 127)``."""
     rows = np.uint64(out.shape[0])
@@ -116,30 +104,30 @@ def mx_dequantize_kernel(codes, scales, block, fp, is_int, packed, like, out):
         qs, ss, os = codes[row], scales[row], out[row]
         b = start
         while b < nblocks:
-            s = decode_e8m0(ss[b])
+            s = element.decode_e8m0(ss[b])
             c = b * ub
             c1 = c + ub
             if packed:
                 j = c // _U2
                 while c < c1:
                     byte = np.int32(qs[j])
-                    os[c] = store_float(decode_fp(unpack_field(byte, 0, 4), fp) * s, like)
-                    os[c + U1] = store_float(decode_fp(unpack_field(byte, 1, 4), fp) * s, like)
+                    os[c] = element.store_float(element.decode_fp(element.unpack_field(byte, 0, 4), fp) * s, like)
+                    os[c + U1] = element.store_float(element.decode_fp(element.unpack_field(byte, 1, 4), fp) * s, like)
                     j += U1
                     c += _U2
             elif is_int:
                 while c < c1:
-                    os[c] = store_float(code_value(qs[c], 8, True) * MXINT8_STEP * s, like)
+                    os[c] = element.store_float(element.code_value(qs[c], 8, True) * element.MXINT8_STEP * s, like)
                     c += U1
             else:
                 while c < c1:
-                    os[c] = store_float(decode_fp(qs[c], fp) * s, like)
+                    os[c] = element.store_float(element.decode_fp(qs[c], fp) * s, like)
                     c += U1
             b += stride
         row += np.uint64(cuda.gridDim.y)
 
 
-@cuda_kernel(lambda d: types.void(array_type(d, 2), _I64, _F32, _F32, _U8, _U8), _FROM_FLOATS)
+@cuda_kernel(lambda d: types.void(array_type(d, 2), I64, F32, F32, _U8, _U8), _FROM_FLOATS)
 def nvfp4_quantize_kernel(x, block, global_scale, six_global, codes, scales):
     """NVFP4 quantize ``x`` (rows, n): e4m3 ``scales`` (rows, n / block), packed e2m1 ``codes`` (rows, n / 2)."""
     rows = np.uint64(x.shape[0])
@@ -153,20 +141,20 @@ def nvfp4_quantize_kernel(x, block, global_scale, six_global, codes, scales):
         while b < nblocks:
             c = b * ub
             c1 = c + ub
-            code = nvfp4_block_scale(bits_f32(_absmax_bits(xs, c, c1)), six_global)
+            code = element.nvfp4_block_scale(element.bits_f32(_absmax_bits(xs, c, c1)), six_global)
             ss[b] = code
-            denom = decode_fp(code, E4M3) * global_scale
+            denom = element.decode_fp(code, element.E4M3) * global_scale
             j = c // _U2
             while c < c1:
-                cs[j] = pack_pair(encode_fp(load_f32(xs[c]) / denom, E2M1, True),
-                                  encode_fp(load_f32(xs[c + U1]) / denom, E2M1, True))
+                cs[j] = element.pack_pair(element.encode_fp(element.load_f32(xs[c]) / denom, element.E2M1, True),
+                                  element.encode_fp(element.load_f32(xs[c + U1]) / denom, element.E2M1, True))
                 j += U1
                 c += _U2
             b += stride
         row += np.uint64(cuda.gridDim.y)
 
 
-@cuda_kernel(lambda o: types.void(_U8, _U8, _I64, _F32, scalar_type(o), array_type(o, 2)), _TO_FLOATS)
+@cuda_kernel(lambda o: types.void(_U8, _U8, I64, F32, scalar_type(o), array_type(o, 2)), _TO_FLOATS)
 def nvfp4_dequantize_kernel(codes, scales, block, global_scale, like, out):
     """NVFP4 dequantize into ``out`` (rows, n): ``e2m1 * (e4m3 scale * global_scale)``."""
     rows = np.uint64(out.shape[0])
@@ -178,21 +166,22 @@ def nvfp4_dequantize_kernel(codes, scales, block, global_scale, like, out):
         qs, ss, os = codes[row], scales[row], out[row]
         b = start
         while b < nblocks:
-            s = decode_fp(ss[b], E4M3) * global_scale
+            s = element.decode_fp(ss[b], element.E4M3) * global_scale
             c = b * ub
             c1 = c + ub
             j = c // _U2
             while c < c1:
                 byte = np.int32(qs[j])
-                os[c] = store_float(decode_fp(unpack_field(byte, 0, 4), E2M1) * s, like)
-                os[c + U1] = store_float(decode_fp(unpack_field(byte, 1, 4), E2M1) * s, like)
+                for t in range(2):
+                    value = element.decode_fp(element.unpack_field(byte, t, 4), element.E2M1) * s
+                    os[c + np.uint64(t)] = element.store_float(value, like)
                 j += U1
                 c += _U2
             b += stride
         row += np.uint64(cuda.gridDim.y)
 
 
-@cuda_kernel(lambda d: types.void(array_type(d, 2), _I64, _U8, array_type(np.float32, 2)), _FROM_FLOATS)
+@cuda_kernel(lambda d: types.void(array_type(d, 2), I64, _U8, array_type(np.float32, 2)), _FROM_FLOATS)
 def nf4_quantize_kernel(x, block, codes, scales):
     """NF4 quantize ``x`` (rows, n): float32 block ``scales`` (amax) and table indices packed high nibble first."""
     rows = np.uint64(x.shape[0])
@@ -206,19 +195,19 @@ def nf4_quantize_kernel(x, block, codes, scales):
         while b < nblocks:
             c = b * ub
             c1 = c + ub
-            amax = np.float32(bits_f32(_absmax_bits(xs, c, c1)))  # a NumPy scalar: 0/0 is NaN on every target
+            amax = np.float32(element.bits_f32(_absmax_bits(xs, c, c1)))  # a NumPy scalar: 0/0 is NaN on every target
             ss[b] = amax
             j = c // _U2
             while c < c1:
-                cs[j] = pack_nf4_pair(nf4_code(np.float32(load_f32(xs[c])) / amax),
-                                      nf4_code(np.float32(load_f32(xs[c + U1])) / amax))
+                cs[j] = element.pack_nf4_pair(element.nf4_code(np.float32(element.load_f32(xs[c])) / amax),
+                                      element.nf4_code(np.float32(element.load_f32(xs[c + U1])) / amax))
                 j += U1
                 c += _U2
             b += stride
         row += np.uint64(cuda.gridDim.y)
 
 
-@cuda_kernel(lambda o: types.void(_U8, array_type(np.float32, 2), _I64, scalar_type(o), array_type(o, 2)),
+@cuda_kernel(lambda o: types.void(_U8, array_type(np.float32, 2), I64, scalar_type(o), array_type(o, 2)),
              _TO_FLOATS)
 def nf4_dequantize_kernel(codes, scales, block, like, out):
     """NF4 dequantize into ``out`` (rows, n): ``table[index] * scale`` per block."""
@@ -237,8 +226,8 @@ def nf4_dequantize_kernel(codes, scales, block, like, out):
             j = c // _U2
             while c < c1:
                 byte = np.int64(qs[j])
-                os[c] = store_float(NF4_VALUES[unpack_field(byte, 1, 4)] * s, like)
-                os[c + U1] = store_float(NF4_VALUES[unpack_field(byte, 0, 4)] * s, like)
+                os[c] = element.store_float(element.NF4_VALUES[element.unpack_field(byte, 1, 4)] * s, like)
+                os[c + U1] = element.store_float(element.NF4_VALUES[element.unpack_field(byte, 0, 4)] * s, like)
                 j += U1
                 c += _U2
             b += stride
@@ -254,7 +243,7 @@ def amax_kernel(x, out):
     i, stride = thread_start()
     m = np.int64(0)
     while i < n:
-        m = max(m, abs_bits(x[i]))
+        m = max(m, element.abs_bits(x[i]))
         i += stride
     shared[tid] = np.uint32(m)
     cuda.syncthreads()

@@ -24,14 +24,23 @@ import numpy as np
 from numba import cuda, types
 
 from ...element import abs_bits, block_qparams, code_bits, order_key, pack_field, quantize_value
-from ...layout import canonical_dims, row_blocks
+from ...layout import canonical_dims
 from . import runtime
 from ._loops import U0, U1, thread_start
-from .runtime import CODE_DTYPES, INPUT_DTYPES, REDUCE_THREADS, TEAM_THREADS, array_type, cuda_kernel
+from .runtime import (
+    B1,
+    CODE_DTYPES,
+    F32,
+    I64,
+    INPUT_DTYPES,
+    REDUCE_THREADS,
+    TEAM_THREADS,
+    array_type,
+    cuda_kernel,
+)
 
-_I64, _F32, _B1 = types.int64, types.float32, types.boolean
 #: use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound: ``DynamicSpec.qparams_arguments()``.
-_QPARAMS = (_B1, _I64, _F32, _F32, _F32, _F32, _F32, _F32)
+_QPARAMS = (B1, I64, F32, F32, F32, F32, F32, F32)
 _KEYS_1D = array_type(np.int64, 1)
 KEY_HI = np.int64(1 << 62)
 KEY_LO = np.int64(-(1 << 62))
@@ -39,7 +48,7 @@ _ZERO_KEY = np.int64(0)
 
 
 def _rows_signature(data, codes):
-    return types.void(array_type(data, 2), *_QPARAMS, _B1, _I64, _I64, _I64, _B1, _I64, _I64, array_type(codes, 2),
+    return types.void(array_type(data, 2), *_QPARAMS, B1, I64, I64, I64, B1, I64, I64, array_type(codes, 2),
                       array_type(np.float32, 2), array_type(np.int32, 2))
 
 
@@ -49,6 +58,18 @@ def team_coords(team):
     tid = np.uint64(cuda.threadIdx.x)
     lane = tid % team
     return tid, lane, tid - lane, np.uint64(cuda.blockDim.x) // team
+
+
+@cuda.jit(device=True, inline="always")
+def team_item(base, tid, team, total, inner):
+    """The item of this thread's team in the round at ``base``, split as ``(item // inner, item % inner, active)``.
+
+    An inactive team (past ``total``) gets item 0 and still takes part in the round's barriers.
+    """
+    item = base + tid // team
+    active = item < total
+    outer = item // inner if active else U0
+    return outer, item - outer * inner, active
 
 
 @cuda.jit(device=True, inline="always")
@@ -107,10 +128,7 @@ def dynamic_rows_kernel(x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_
     tid, lane, first, teams = team_coords(ut)
     base = np.uint64(cuda.blockIdx.x) * teams
     while base < total:  # the same rounds for every thread of the block (barriers inside)
-        item = base + tid // ut
-        active = item < total
-        row = item // nblocks if active else U0
-        b = item - row * nblocks
+        row, b, active = team_item(base, tid, ut, total, nblocks)
         c0 = b * ub
         c1 = min(c0 + ub, C)
         xs = x[row]
@@ -142,7 +160,7 @@ def dynamic_rows_kernel(x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_
         base += np.uint64(cuda.gridDim.x) * teams
 
 
-@cuda_kernel(lambda d: types.void(array_type(d, 3), _B1, _I64, _I64, _I64, _I64, array_type(np.int64, 3),
+@cuda_kernel(lambda d: types.void(array_type(d, 3), B1, I64, I64, I64, I64, array_type(np.int64, 3),
                                   array_type(np.int64, 3)), [(d,) for d in INPUT_DTYPES])
 def block_reduce_kernel(x, use_minmax, bp, br, bc, team, lo, hi):
     """Reduce ``x`` (P, R, C) over blocks (bp, br, bc) into key grids ``lo``/``hi`` (GP, GR, GC), a team per cell."""
@@ -159,10 +177,7 @@ def block_reduce_kernel(x, use_minmax, bp, br, bc, team, lo, hi):
     tid, lane, first, teams = team_coords(ut)
     base = np.uint64(cuda.blockIdx.x) * teams
     while base < total:  # the same rounds for every thread of the block (barriers inside)
-        cell = base + tid // ut
-        active = cell < total
-        rest = cell // GC if active else U0
-        g = cell - rest * GC
+        rest, g, active = team_item(base, tid, ut, total, GC)
         sp = rest // GR
         sr = rest - sp * GR
         c0 = g * ubc
@@ -185,7 +200,7 @@ def block_reduce_kernel(x, use_minmax, bp, br, bc, team, lo, hi):
         base += np.uint64(cuda.gridDim.x) * teams
 
 
-@cuda_kernel(lambda d: types.void(array_type(d, 1), _B1, _KEYS_1D, _KEYS_1D), [(d,) for d in INPUT_DTYPES])
+@cuda_kernel(lambda d: types.void(array_type(d, 1), B1, _KEYS_1D, _KEYS_1D), [(d,) for d in INPUT_DTYPES])
 def flat_reduce_kernel(x, use_minmax, lo, hi):
     """``lo[0] = min(lo[0], min key)``, ``hi[0] = max(hi[0], max key (or absmax bits))`` over a 1-D ``x``."""
     slo = cuda.shared.array(REDUCE_THREADS, np.int64)
@@ -276,15 +291,9 @@ class DynamicOps:
         runtime.copy_back([(scale, ds), (zp, dz)], stream)
 
     def quantize_dynamic(self, x, spec, out, scale, zp) -> bool:
-        """Fused one-pass dynamic quantize when the layout allows it; False if the caller must use two passes."""
+        """The fused one-pass dynamic quantize (called where ``spec.fused_rows()`` is not None)."""
+        rows, C, bc, k = spec.fused_rows()
         fmt = spec.format
-        rv = row_blocks(spec.layout)
-        if rv is None or spec.layout.num_blocks == 1:
-            return False
-        rows, C, bc = rv
-        k = fmt.codes_per_byte if spec.packed else 1
-        if spec.packed and bc % k and bc < C:
-            return False
         stream = runtime.current_stream()
         x2 = runtime.device_float(x, stream).reshape((rows, C))
         do, ds, dz = (runtime.result_on_device(a, stream) for a in (out, scale, zp))

@@ -1,13 +1,9 @@
-"""CUDA kernels of the modelopt operations and the calibrator: fake quantization, its gradient, the histogram.
+"""The cuda backend's modelopt operations and the calibrator's histogram.
 
-* :func:`fake_amax_kernel`: modelopt fake quantization with a block-grid amax (integer
-  codes, or fp8 through ``scaled_minifloat_fake``), the element kernels' launch shape.
-* :func:`ste_kernel`: the straight-through gradient; :func:`fake_affine_kernel`: the
-  legacy per-tensor FakeAffine.
-* :func:`histogram_kernel`: counts in shared memory per thread block (up to
-  :data:`SHARED_BINS` bins), added to the global counts once per block.
-
-All numerics are :mod:`nbquant.element` calls.
+Fake quantization from a block-grid amax, the legacy FakeAffine and the
+straight-through gradient run the kernels of :mod:`.elementwise`;
+:func:`histogram_kernel` counts ``|x|`` in shared memory per thread block (up to
+:data:`SHARED_BINS` bins) and adds them to the global counts once per block.
 """
 
 from __future__ import annotations
@@ -16,22 +12,15 @@ import numpy as np
 from numba import cuda, types
 
 from ...element import (
-    affine_fake_value,
-    amax_code,
-    amax_scales,
-    e4m3_scales,
     histogram_bin,
-    scaled_minifloat_fake,
-    ste_value,
-    store_float,
 )
 from ...layout import canonical_views
 from .._views import kernel_float_view, output_float_like
 from . import runtime
-from ._loops import U1, column_walk, next_block, row_coords, rows_of, thread_start
-from .runtime import INPUT_DTYPES, array_type, cuda_kernel, scalar_type
+from ._loops import thread_start
+from .elementwise import fake_affine_kernel, fake_amax_kernel, ste_kernel
+from .runtime import F32, I64, INPUT_DTYPES, array_type, cuda_kernel
 
-_I64, _F32, _B1 = types.int64, types.float32, types.boolean
 _PARAM = array_type(np.float32, 3)
 #: Bins that :func:`histogram_kernel` counts in shared memory (uint32, 16 KiB); more use global atomics.
 SHARED_BINS = 4096
@@ -39,87 +28,7 @@ SHARED_BINS = 4096
 _HIST_MAX_BLOCKS, _HIST_PER_THREAD = 1024, 16
 
 
-def _out_of(dtype) -> np.dtype:
-    """The kernel-side output of a kernel-side input: float64 inputs give float32 results."""
-    return np.dtype(np.float32) if np.dtype(dtype) == np.float64 else np.dtype(dtype)
-
-
-_SAME_OUT = [(d, _out_of(d)) for d in INPUT_DTYPES]
-
-
-@cuda_kernel(lambda d, o: types.void(array_type(d, 3), _PARAM, _B1, _F32, _F32, _F32, types.UniTuple(_I64, 7), _I64,
-                                     _I64, _I64, scalar_type(o), array_type(o, 3), _B1, _PARAM), _SAME_OUT)
-def fake_amax_kernel(x, amax, is_float, maxbound, qmin, qmax, fp, bp, br, bc, like, out, store_codes, codes):
-    """modelopt fake quant of ``x`` (P, R, C) with a block-grid ``amax`` (GP, GR, GC) into ``out``.
-
-    Integer path ``amax_code(x, S) / S`` (codes to ``codes`` with ``store_codes``); float
-    path ``scaled_minifloat_fake`` with the ``e4m3_scales`` of the block's amax.
-    """
-    rows, R = rows_of(x)
-    C = np.uint64(x.shape[2])
-    ubp, ubr, ubc = np.uint64(bp), np.uint64(br), np.uint64(bc)
-    start, stride, g_start, o_start, g_step, o_step = column_walk(U1, ubc)
-    row = np.uint64(cuda.blockIdx.y)
-    while row < rows:
-        p, r, sp, sr = row_coords(row, R, ubp, ubr)
-        xs, am, os = x[p, r], amax[sp, sr], out[p, r]
-        cs = codes[p, r] if store_codes else codes[0, 0]
-        c, g, off = start, g_start, o_start
-        while c < C:
-            if is_float:
-                s, inv = e4m3_scales(am[g], maxbound)
-                os[c] = store_float(scaled_minifloat_fake(xs[c], s, inv, maxbound, fp), like)
-            else:
-                sq, sdq = amax_scales(am[g], maxbound)
-                q = amax_code(xs[c], sq, qmin, qmax)
-                if store_codes:
-                    cs[c] = q
-                # float32 casts: no-ops on the GPU; called as Python they keep a 0 divisor inf/NaN, not an error
-                os[c] = store_float(np.float32(q) / np.float32(sdq), like)
-            c += stride
-            g, off = next_block(g, off, g_step, o_step, ubc)
-        row += np.uint64(cuda.gridDim.y)
-
-
-@cuda_kernel(lambda g, xd, o: types.void(array_type(g, 3), array_type(xd, 3), _PARAM, _PARAM, _I64, _I64, _I64,
-                                         scalar_type(o), array_type(o, 3)),
-             [(d, xd, _out_of(d)) for d in INPUT_DTYPES for xd in INPUT_DTYPES])
-def ste_kernel(grad, x, lo, hi, bp, br, bc, like, out):
-    """``out = grad where lo <= x <= hi else 0`` over (P, R, C) with block-grid bounds ``lo``/``hi``."""
-    rows, R = rows_of(x)
-    C = np.uint64(x.shape[2])
-    ubp, ubr, ubc = np.uint64(bp), np.uint64(br), np.uint64(bc)
-    start, stride, g_start, o_start, g_step, o_step = column_walk(U1, ubc)
-    row = np.uint64(cuda.blockIdx.y)
-    while row < rows:
-        p, r, sp, sr = row_coords(row, R, ubp, ubr)
-        gs, xs, ls, hs, os = grad[p, r], x[p, r], lo[sp, sr], hi[sp, sr], out[p, r]
-        c, g, off = start, g_start, o_start
-        while c < C:
-            os[c] = store_float(ste_value(gs[c], xs[c], ls[g], hs[g]), like)
-            c += stride
-            g, off = next_block(g, off, g_step, o_step, ubc)
-        row += np.uint64(cuda.gridDim.y)
-
-
-@cuda_kernel(lambda d, o: types.void(array_type(d, 2), _F32, _F32, _F32, _F32, scalar_type(o), array_type(o, 2)),
-             _SAME_OUT)
-def fake_affine_kernel(x, step, qz, minb, maxb, like, out):
-    """Legacy FakeAffine over ``x`` (rows, n): ``affine_fake_value`` per element."""
-    rows = np.uint64(x.shape[0])
-    n = np.uint64(x.shape[1])
-    start, stride = thread_start()
-    row = np.uint64(cuda.blockIdx.y)
-    while row < rows:
-        xs, os = x[row], out[row]
-        c = start
-        while c < n:
-            os[c] = store_float(affine_fake_value(xs[c], step, qz, minb, maxb), like)
-            c += stride
-        row += np.uint64(cuda.gridDim.y)
-
-
-@cuda_kernel(lambda d: types.void(array_type(d, 1), _I64, _F32, array_type(np.uint64, 1)), [(d,) for d in INPUT_DTYPES])
+@cuda_kernel(lambda d: types.void(array_type(d, 1), I64, F32, array_type(np.uint64, 1)), [(d,) for d in INPUT_DTYPES])
 def histogram_kernel(x, nbins, top, counts):
     """``counts[histogram_bin(|x|)] += 1`` over a 1-D ``x`` (NaN and values above ``top`` skipped).
 

@@ -37,6 +37,10 @@ __all__ = [
     "INPUT_DTYPES",
     "OUTPUT_DTYPES",
     "CODE_DTYPES",
+    "I64",
+    "F32",
+    "B1",
+    "FP_TUPLE",
     "CudaKernel",
     "cuda_kernel",
     "all_signatures",
@@ -58,6 +62,10 @@ INPUT_DTYPES = tuple(map(np.dtype, (np.float32, np.float64, np.uint16, np.int16)
 OUTPUT_DTYPES = tuple(map(np.dtype, (np.float32, np.uint16, np.int16)))
 #: Unpacked integer code storage.
 CODE_DTYPES = tuple(map(np.dtype, (np.uint8, np.uint16)))
+
+#: Numba scalar types of the kernels' arguments, and the minifloat format tuple (``QuantFormat.fp_params``).
+I64, F32, B1 = types.int64, types.float32, types.boolean
+FP_TUPLE = types.UniTuple(types.int64, 7)
 
 #: Threads per block on a GPU (a multiple of the warp size).
 THREADS = 256

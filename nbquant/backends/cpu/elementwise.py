@@ -1,0 +1,391 @@
+"""CPU element-wise kernels: static quantize/dequantize, modelopt fake quantization and its gradient.
+
+Kernels loop over the canonical ``(P, R, C)`` layout from
+:func:`nbquant.layout.canonical_views`: parallel over work units of one row tile,
+rows outer, a contiguous inner loop per scale block so the element functions
+vectorize. The scale of a block is read once per block; no index is divided per
+element. All numerics live in :mod:`nbquant.element`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from ...element import (
+    affine_fake_value,
+    amax_code,
+    amax_scales,
+    code_bits,
+    code_value,
+    dequantize_value,
+    e4m3_scales,
+    element_function,
+    float_value,
+    pack_byte_codes,
+    pack_field,
+    pack_pair,
+    quantize_float_value,
+    quantize_value,
+    scaled_minifloat_fake,
+    ste_value,
+    store_float,
+    unpack_field,
+)
+from ...modes import ScaleOp
+from ._kernel import cpu_kernel, work_unit
+
+# Inner loops index slices from 0: a loop index that starts elsewhere keeps Numba's
+# negative-index wraparound check alive and stops vectorization (5x slower).
+
+
+@cpu_kernel
+def quantize_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, mask, bp, br, bc, tile, out):
+    """Quantize ``x`` (P, R, C) into unsigned code storage ``out`` (P, R, C).
+
+    ``bc == 1`` needs ``zp`` of the scale's shape (zeros when absent).
+    """
+    P, R, C = x.shape
+    ntiles = (C + tile - 1) // tile
+    for unit in prange(P * R * ntiles):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        if bc == 1:
+            quantize_columns(x[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], out[p, r, c:end], scale_op,
+                             zp_before, qmin, qmax, mask)
+            continue
+        g = c // bc
+        while c < end:
+            stop = min((g + 1) * bc, end)
+            s = scale[sp, sr, g]
+            z = zp[sp, sr, g] if has_zp else np.float32(0)
+            quantize_block(x[p, r, c:stop], out[p, r, c:stop], s, z, scale_op, zp_before, qmin, qmax, mask)
+            c = stop
+            g += 1
+
+
+# The kernels call the helpers below with ``scale_op`` as a literal constant, one call per
+# value, so each inner loop is compiled for one scale op: the multiply path never divides
+# (a float32 divide costs more than the memory traffic on two cores).
+
+
+@element_function
+def _quantize_block(xs, os, s, z, scale_op, zp_before, qmin, qmax, mask):
+    """Codes of one scale block ``xs`` into ``os``."""
+    for i in range(xs.size):
+        os[i] = code_bits(quantize_value(xs[i], s, z, scale_op, zp_before, qmin, qmax), mask)
+
+
+@element_function
+def _quantize_columns(xs, ss, zs, os, scale_op, zp_before, qmin, qmax, mask):
+    """Codes of ``xs`` with one scale and zero point per element (``ss``, ``zs``) into ``os``."""
+    for i in range(xs.size):
+        os[i] = code_bits(quantize_value(xs[i], ss[i], zs[i], scale_op, zp_before, qmin, qmax), mask)
+
+
+@element_function
+def quantize_block(xs, os, s, z, scale_op, zp_before, qmin, qmax, mask):
+    """:func:`_quantize_block` compiled per scale op."""
+    if scale_op == ScaleOp.MULTIPLY:
+        _quantize_block(xs, os, s, z, ScaleOp.MULTIPLY, zp_before, qmin, qmax, mask)
+    else:
+        _quantize_block(xs, os, s, z, ScaleOp.DIVIDE, zp_before, qmin, qmax, mask)
+
+
+@element_function
+def quantize_columns(xs, ss, zs, os, scale_op, zp_before, qmin, qmax, mask):
+    """:func:`_quantize_columns` compiled per scale op."""
+    if scale_op == ScaleOp.MULTIPLY:
+        _quantize_columns(xs, ss, zs, os, ScaleOp.MULTIPLY, zp_before, qmin, qmax, mask)
+    else:
+        _quantize_columns(xs, ss, zs, os, ScaleOp.DIVIDE, zp_before, qmin, qmax, mask)
+
+
+#: Codes a packing kernel quantizes into a byte buffer (in L1) before packing them in one loop.
+PACK_CHUNK = 4096
+
+
+@cpu_kernel
+def quantize_packed_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, nbits, bp, br, bc, tile, out):
+    """Quantize ``x`` (P, R, C) into packed bytes ``out`` (P, R, C / k), first code in the low bits.
+
+    A work unit quantizes its tile in chunks of :data:`PACK_CHUNK` codes into a byte
+    buffer (per scale block, or per column when ``bc == 1``; blocks need not cover
+    whole bytes), then packs each chunk with :func:`~nbquant.element.pack_byte_codes`. ``bc == 1`` needs
+    ``zp`` of the scale's shape (zeros when absent).
+    """
+    P, R, C = x.shape
+    kshift = 1 if nbits == 4 else 2  # byte index = code index >> kshift (tiles and chunks hold whole bytes)
+    mask = (1 << nbits) - 1
+    ntiles = (C + tile - 1) // tile
+    for unit in prange(P * R * ntiles):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        codes = np.empty(PACK_CHUNK, np.uint8)
+        words16 = codes.view(np.uint16)
+        words32 = codes.view(np.uint32)
+        g = c // bc
+        while c < end:
+            stop = min(c + PACK_CHUNK, end)
+            if bc == 1:
+                quantize_columns(x[p, r, c:stop], scale[sp, sr, c:stop], zp[sp, sr, c:stop], codes[:stop - c],
+                                 scale_op, zp_before, qmin, qmax, mask)
+            else:
+                b = c
+                while b < stop:
+                    b_end = min((g + 1) * bc, stop)
+                    z = zp[sp, sr, g] if has_zp else np.float32(0)
+                    quantize_block(x[p, r, b:b_end], codes[b - c:b_end - c], scale[sp, sr, g], z, scale_op, zp_before,
+                                   qmin, qmax, mask)
+                    if b_end == (g + 1) * bc:
+                        g += 1
+                    b = b_end
+            pack_byte_codes(words16, words32, out[p, r, c >> kshift:stop >> kshift], nbits)
+            c = stop
+
+
+@cpu_kernel
+def dequantize_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
+    """Dequantize unsigned code storage ``q`` (P, R, C) into ``out`` (float storage like ``like``).
+
+    ``bc == 1`` needs ``zp`` of the scale's shape (zeros when absent).
+    """
+    P, R, C = q.shape
+    ntiles = (C + tile - 1) // tile
+    for unit in prange(P * R * ntiles):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        if bc == 1:
+            qs, ss, zs, os = q[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], out[p, r, c:end]
+            for i in range(qs.size):
+                os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), ss[i], zs[i]), like)
+            continue
+        g = c // bc
+        while c < end:
+            stop = min((g + 1) * bc, end)
+            s = scale[sp, sr, g]
+            z = zp[sp, sr, g] if has_zp else np.float32(0)
+            qs, os = q[p, r, c:stop], out[p, r, c:stop]
+            for i in range(qs.size):
+                os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), s, z), like)
+            c = stop
+            g += 1
+
+
+@element_function
+def _dequantize_bytes(qs, os, s, z, nbits, signed, like):
+    """Unpack and dequantize the bytes ``qs`` of one scale block into ``os`` (4-bit or 2-bit codes)."""
+    if nbits == 4:
+        for j in range(qs.size):
+            byte = qs[j]
+            os[2 * j] = store_float(dequantize_value(code_value(unpack_field(byte, 0, 4), 4, signed), s, z), like)
+            os[2 * j + 1] = store_float(dequantize_value(code_value(unpack_field(byte, 1, 4), 4, signed), s, z), like)
+    else:
+        for j in range(qs.size):
+            byte = qs[j]
+            for t in range(4):
+                code = code_value(unpack_field(byte, t, 2), 2, signed)
+                os[4 * j + t] = store_float(dequantize_value(code, s, z), like)
+
+
+@cpu_kernel
+def dequantize_packed_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
+    """Dequantize packed bytes ``q`` (P, R, C / k) into ``out`` (P, R, C); blocks as in the packed quantize."""
+    P, R, C = out.shape
+    k = 8 // nbits
+    kshift = 1 if k == 2 else 2  # byte index = code index >> kshift (a per-block division costs ~2 cycles/code)
+    aligned = bc % k == 0 or bc >= C
+    ntiles = (C + tile - 1) // tile
+    for unit in prange(P * R * ntiles):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        g = c // bc
+        if aligned:
+            while c < end:
+                stop = min((g + 1) * bc, end)
+                z = zp[sp, sr, g] if has_zp else np.float32(0)
+                qs, os = q[p, r, c >> kshift:stop >> kshift], out[p, r, c:stop]
+                _dequantize_bytes(qs, os, scale[sp, sr, g], z, nbits, signed, like)
+                c = stop
+                g += 1
+            continue
+        left = (g + 1) * bc - c
+        qs, os = q[p, r, c // k:end // k], out[p, r, c:end]
+        for j in range(qs.size):
+            byte = qs[j]
+            for t in range(k):
+                if left == 0:
+                    g += 1
+                    left = bc
+                z = zp[sp, sr, g] if has_zp else np.float32(0)
+                v = dequantize_value(code_value(unpack_field(byte, t, nbits), nbits, signed), scale[sp, sr, g], z)
+                os[j * k + t] = store_float(v, like)
+                left -= 1
+
+
+@cpu_kernel
+def quantize_float_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, tile, out):
+    """Encode ``x / scale`` (P, R, C) as floating-point codes ``out`` (P, R, C), one per byte."""
+    P, R, C = x.shape
+    ntiles = (C + tile - 1) // tile
+    for unit in prange(P * R * ntiles):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        g = c // bc
+        while c < end:
+            stop = min((g + 1) * bc, end)
+            s = scale[sp, sr, g]
+            xs, os = x[p, r, c:stop], out[p, r, c:stop]
+            for i in range(xs.size):
+                os[i] = quantize_float_value(xs[i], s, scale_op, fp, saturate)
+            c = stop
+            g += 1
+
+
+@element_function
+def _next_scale_block(g, left, bc):
+    """Advance a running block index: ``left`` codes remain in block ``g``; returns the block of the next code."""
+    if left == 0:
+        return g + 1, bc - 1
+    return g, left - 1
+
+
+@cpu_kernel
+def quantize_float_packed_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, tile, out):
+    """Encode ``x / scale`` (P, R, C) as packed 4-bit (2 per byte) or 6-bit (4 in 3 bytes) floating-point codes.
+
+    Codes fill a little-endian bit stream, the first element in the lowest bits.
+    """
+    P, R, C = x.shape
+    six = fp[0] + fp[1] == 5
+    k = 4 if six else 2
+    m = 3 if six else 1
+    ntiles = (C + tile - 1) // tile
+    for unit in prange(P * R * ntiles):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        g = c // bc
+        left = (g + 1) * bc - c
+        xs, os = x[p, r, c:end], out[p, r, c // k * m:end // k * m]
+        for j in range(xs.size // k):
+            g, left = _next_scale_block(g, left, bc)
+            c0 = quantize_float_value(xs[k * j], scale[sp, sr, g], scale_op, fp, saturate)
+            g, left = _next_scale_block(g, left, bc)
+            c1 = quantize_float_value(xs[k * j + 1], scale[sp, sr, g], scale_op, fp, saturate)
+            if six:
+                g, left = _next_scale_block(g, left, bc)
+                c2 = quantize_float_value(xs[4 * j + 2], scale[sp, sr, g], scale_op, fp, saturate)
+                g, left = _next_scale_block(g, left, bc)
+                c3 = quantize_float_value(xs[4 * j + 3], scale[sp, sr, g], scale_op, fp, saturate)
+                word = pack_field(pack_field(pack_field(pack_field(0, c0, 0, 6), c1, 1, 6), c2, 2, 6), c3, 3, 6)
+                for b in range(3):
+                    os[3 * j + b] = unpack_field(word, b, 8)
+            else:
+                os[j] = pack_pair(c0, c1)
+
+
+@cpu_kernel
+def dequantize_float_kernel(q, scale, fp, bp, br, bc, tile, like, out):
+    """Decode floating-point codes ``q`` (P, R, C) times their scale into ``out``."""
+    P, R, C = q.shape
+    ntiles = (C + tile - 1) // tile
+    for unit in prange(P * R * ntiles):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        g = c // bc
+        while c < end:
+            stop = min((g + 1) * bc, end)
+            s = scale[sp, sr, g]
+            qs, os = q[p, r, c:stop], out[p, r, c:stop]
+            for i in range(qs.size):
+                os[i] = store_float(float_value(qs[i], s, fp), like)
+            c = stop
+            g += 1
+
+
+@cpu_kernel
+def dequantize_float_packed_kernel(q, scale, fp, bp, br, bc, tile, like, out):
+    """Decode packed 4-bit or 6-bit floating-point codes ``q`` (see the packed quantize) into ``out`` (P, R, C)."""
+    P, R, C = out.shape
+    six = fp[0] + fp[1] == 5
+    k = 4 if six else 2
+    m = 3 if six else 1
+    ntiles = (C + tile - 1) // tile
+    for unit in prange(P * R * ntiles):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        g = c // bc
+        left = (g + 1) * bc - c
+        qs, os = q[p, r, c // k * m:end // k * m], out[p, r, c:end]
+        for j in range(os.size // k):
+            if six:
+                word = pack_field(pack_field(pack_field(0, qs[3 * j], 0, 8), qs[3 * j + 1], 1, 8), qs[3 * j + 2], 2, 8)
+            else:
+                word = np.int64(qs[j])
+            for t in range(k):
+                g, left = _next_scale_block(g, left, bc)
+                code = unpack_field(word, t, fp[0] + fp[1] + 1)
+                os[k * j + t] = store_float(float_value(code, scale[sp, sr, g], fp), like)
+
+
+@cpu_kernel
+def fake_amax_kernel(x, amax, is_float, maxbound, qmin, qmax, fp, bp, br, bc, tile, like, out, store_codes, codes):
+    """modelopt fake quant of ``x`` (P, R, C) with a block-grid ``amax`` (GP, GR, GC) into ``out``.
+
+    Integer path: ``clamp(rne(x * S)) / S`` (:func:`~nbquant.element.amax_scales`); with
+    ``store_codes`` the float32 code values go to ``codes`` (x's shape) too.
+    Float path (``is_float``): ``decode(encode(clamp(x * S))) * fl(1 / S)`` with
+    ``S = fl(fl(1 / amax) * maxbound)``.
+    """
+    P, R, C = x.shape
+    ntiles = (C + tile - 1) // tile
+    for unit in prange(P * R * ntiles):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        g = c // bc
+        while c < end:
+            stop = min((g + 1) * bc, end)
+            a = amax[sp, sr, g]
+            xs, os = x[p, r, c:stop], out[p, r, c:stop]
+            if is_float:
+                s, inv = e4m3_scales(a, maxbound)
+                for i in range(xs.size):
+                    os[i] = store_float(scaled_minifloat_fake(xs[i], s, inv, maxbound, fp), like)
+            else:
+                sq, sdq = amax_scales(a, maxbound)
+                if store_codes:
+                    cs = codes[p, r, c:stop]
+                    for i in range(xs.size):
+                        q = amax_code(xs[i], sq, qmin, qmax)
+                        cs[i] = q
+                        os[i] = store_float(q / sdq, like)
+                else:
+                    for i in range(xs.size):
+                        os[i] = store_float(amax_code(xs[i], sq, qmin, qmax) / sdq, like)
+            c = stop
+            g += 1
+
+
+@cpu_kernel
+def fake_affine_kernel(x, step, qz, minb, maxb, tile, like, out):
+    """Legacy FakeAffine: ``(clamp(rne(x / step) - qz, minb, maxb) + qz) * step`` over ``x`` (rows, n)."""
+    rows, n = x.shape
+    ntiles = (n + tile - 1) // tile
+    lo = np.float32(minb)
+    hi = np.float32(maxb)
+    for unit in prange(rows * ntiles):
+        r = unit // ntiles
+        c = (unit - r * ntiles) * tile
+        xs, os = x[r, c:min(c + tile, n)], out[r, c:min(c + tile, n)]
+        for i in range(xs.size):
+            os[i] = store_float(affine_fake_value(xs[i], step, qz, lo, hi), like)
+
+
+@cpu_kernel
+def ste_kernel(grad, x, lo, hi, bp, br, bc, tile, like, out):
+    """``out = grad where lo <= x <= hi else 0`` over (P, R, C) with block-grid bounds ``lo``/``hi``."""
+    P, R, C = x.shape
+    ntiles = (C + tile - 1) // tile
+    for unit in prange(P * R * ntiles):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        g = c // bc
+        while c < end:
+            stop = min((g + 1) * bc, end)
+            a = lo[sp, sr, g]
+            b = hi[sp, sr, g]
+            xs, gs, os = x[p, r, c:stop], grad[p, r, c:stop], out[p, r, c:stop]
+            for i in range(xs.size):
+                os[i] = store_float(ste_value(gs[i], xs[i], a, b), like)
+            c = stop
+            g += 1
