@@ -171,12 +171,9 @@ def test_cuda_reaching_cpu_is_reported_with_its_path(tmp_path):
         "nbquant/helpers.py": "from nbquant.backends.cpu import quantize\n",
         "nbquant/backends/cpu/__init__.py": "from .blocks import quantize\n",
         "nbquant/backends/cpu/blocks.py": "def quantize(): ...\n",
-        "nbquant/backends/_cuda_old.py": "from .cpu_blocks import y\n",
-        "nbquant/backends/cpu_blocks.py": "y = 1\n",
         "nbquant/backends/cudalike.py": "from .cpu import quantize\n",
     })
     assert checker.check_cuda_imports_no_cpu(tmp_path) == [
-        "nbquant.backends._cuda_old -> nbquant.backends.cpu_blocks",
         "nbquant.backends.cuda.kernels -> nbquant.helpers -> nbquant.backends.cpu",
     ]
 

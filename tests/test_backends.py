@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path
@@ -231,7 +232,7 @@ def test_cpu_kernel_cache_stamp_includes_the_element_source():
 
 def test_cpu_kernel_cache_misses_when_the_element_source_changes(monkeypatch):
     """The on-disk index written under the current stamp is not loaded under another element.py digest."""
-    cpu = importlib.import_module("nbquant.backends.cpu.static")
+    cpu = importlib.import_module("nbquant.backends.cpu.elementwise")
     nbquant.quantize(np.ones(4, np.float32), 1.0, "int8", backend="cpu")  # compiled (or loaded) and indexed
     cache_file = cpu.quantize_kernel._cache._cache_file
     assert cache_file._load_index(), "the cpu kernel cache index should exist after a call"
@@ -244,8 +245,9 @@ def test_every_cached_cpu_kernel_is_stamped():
     """A new cached kernel that is missing from ``KERNELS`` would run stale code after an element.py edit."""
     importlib.import_module("nbquant.backends.cpu")
     registry_ = importlib.import_module("nbquant.backends.cpu._kernel")
-    cached = [v for name in ("static", "blocks", "dynamic", "modelopt")
-              for v in vars(importlib.import_module(f"nbquant.backends.cpu.{name}")).values()
+    package = importlib.import_module("nbquant.backends.cpu")
+    modules = [importlib.import_module(f"{package.__name__}.{m.name}") for m in pkgutil.iter_modules(package.__path__)]
+    cached = [v for module in modules for v in vars(module).values()
               if isinstance(v, Dispatcher) and hasattr(getattr(v, "_cache", None), "_cache_file")]
     assert cached and set(cached) == set(registry_.KERNELS)
 

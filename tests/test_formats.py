@@ -59,3 +59,24 @@ def test_unknown_formats_list_the_known_ones(bad):
         get_format(bad)
     for name in ("int8", "uint2"):
         assert repr(name) in str(info.value)
+
+
+FLOAT_ROWS = [
+    # name, (ebits, mbits, max code, overflow code, NaN code, NaN flips sign, NaN rule), emax: ml_dtypes' encodings
+    ("float8_e4m3fn", (4, 3, 0x7E, 0x7F, 0x7F, 0, 1), 8),
+    ("float8_e5m2", (5, 2, 0x7B, 0x7C, 0x7E, 0, 2), 15),
+    ("float6_e2m3fn", (2, 3, 0x1F, 0x1F, 0, 1, 0), 2),
+    ("float6_e3m2fn", (3, 2, 0x1F, 0x1F, 0, 1, 0), 4),
+    ("float4_e2m1fn", (2, 1, 0x7, 0x7, 0, 1, 0), 2),
+]
+
+
+@pytest.mark.parametrize(("name", "fp", "emax"), FLOAT_ROWS)
+def test_float_format_facts_derived_from_ml_dtypes(name, fp, emax):
+    """The encoding tuple read off ml_dtypes (finfo and its casts) is the one the kernels were written for."""
+    from nbquant.modes import NanRule
+
+    f = FORMATS[name]
+    assert f.fp_params == fp and f.emax == emax and f.is_float
+    assert f.bits == ml_dtypes.finfo(f.dtype).bits and f.max_value == float(ml_dtypes.finfo(f.dtype).max)
+    assert NanRule(f.nan_rule) in NanRule
