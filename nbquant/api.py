@@ -45,6 +45,18 @@ def _check_packed(packed, fmt: QuantFormat, last_dim: int) -> bool:
     return bool(packed)
 
 
+def _result(out, shape: tuple[int, ...], dtype: np.dtype, device: bool, source):
+    """The array a call writes: ``out`` checked against ``shape`` / ``dtype`` / ``source``, or a new one.
+
+    Device calls get a numba device array (a new one, or ``out`` checked as one).
+    """
+    if device:
+        return device_result(out, shape, dtype, inputs=(source,))
+    if out is None:
+        return np.empty(shape, dtype)
+    return check_out(out, shape, dtype, inputs=(source,))
+
+
 def quantize(
     x: npt.ArrayLike,
     scale: npt.ArrayLike,
@@ -148,12 +160,7 @@ def quantize(
     packed = _check_packed(packed, fmt, layout.shape[-1])
     shape = x.shape[:-1] + (fmt.packed_length(x.shape[-1]),) if packed else x.shape
     out_dtype = np.dtype(np.uint8) if packed else fmt.dtype
-    if device:
-        result = device_result(out, shape, out_dtype, inputs=(x,))
-    elif out is None:
-        result = np.empty(shape, out_dtype)
-    else:
-        result = check_out(out, shape, out_dtype, inputs=(x,))
+    result = _result(out, shape, out_dtype, device, x)
     spec = QuantizeSpec(fmt, layout, qmin, qmax, modes.ScaleOp.DIVIDE if op == "divide" else modes.ScaleOp.MULTIPLY,
                         order == "before_rounding", packed, bool(saturate))
     impl = resolve_backend(backend, (x, result))
@@ -201,6 +208,10 @@ def dequantize(
 ) -> np.ndarray:
     """Dequantize codes: ``x = (q - zero_point) * scale``, computed in float32.
 
+    The inverse of :func:`quantize` up to its rounding and clamping: pass the same
+    ``scale``, ``zero_point``, ``axis`` and ``block_size``; packed uint8 codes are
+    unpacked along the last axis first.
+
     Parameters
     ----------
     q : array_like
@@ -240,12 +251,7 @@ def dequantize(
     if fmt.is_float:
         check_float_format_arguments(fmt, zero_point=zero_point)
     zp = check_zero_point(zero_point, layout, fmt, integral=False)
-    if device:
-        result = device_result(out, shape, out_dt, inputs=(q,))
-    elif out is None:
-        result = np.empty(shape, out_dt)
-    else:
-        result = check_out(out, shape, out_dt, inputs=(q,))
+    result = _result(out, shape, out_dt, device, q)
     spec = DequantizeSpec(fmt, layout, packed, out_dt)
     impl = resolve_backend(backend, (q, result))
     if result.size:

@@ -221,6 +221,9 @@ def quantize_mx(
     Returns
     -------
     BlockQuantized
+        Element codes (``data``: the ml_dtypes element type, int8 for MXINT8, or uint8
+        holding two codes per byte when ``packed``), E8M0 ``scales`` with one per block,
+        and the format, axis and block size :meth:`BlockQuantized.dequantize` needs.
 
     Examples
     --------
@@ -328,8 +331,9 @@ def quantize_nvfp4(
     Parameters
     ----------
     x : array_like
-        float32, float16, bfloat16 or float64 input. A CUDA device array stays on its
-        device (blocks along its last axis); the result then holds device arrays.
+        float32, float16, bfloat16 or float64 input, its length along ``axis`` a multiple
+        of ``block_size`` (pad it first). A CUDA device array stays on its device
+        (blocks along its last axis); the result then holds device arrays.
     global_scale : float, optional
         The per-tensor scale; default ``amax(x) / (6 * 448)`` (1.0 for an all-zero
         input), computed by a reduction pass before the fused pass.
@@ -340,6 +344,8 @@ def quantize_nvfp4(
     Returns
     -------
     BlockQuantized
+        ``data``: uint8 holding two e2m1 codes per byte along ``axis``; ``scales``:
+        float8_e4m3fn, one per block; ``global_scale``: the float32 per-tensor scale.
 
     Examples
     --------
@@ -360,7 +366,7 @@ def quantize_nvfp4(
 def dequantize_nvfp4(
     data: npt.ArrayLike,
     scales: npt.ArrayLike,
-    global_scale: float,
+    global_scale: npt.ArrayLike,
     *,
     axis: int = -1,
     block_size: int = 16,
@@ -368,6 +374,18 @@ def dequantize_nvfp4(
     backend: str | None = None,
 ) -> np.ndarray:
     """Dequantize NVFP4: ``e2m1 * (e4m3_scale * global_scale)`` per block.
+
+    Parameters
+    ----------
+    data : array_like
+        Packed e2m1 codes, uint8 with two per byte along ``axis`` (``BlockQuantized.data``).
+    scales : array_like
+        E4M3 block scales: ``float8_e4m3fn`` or their uint8 bits.
+    global_scale : float or array_like
+        One value, the float32 per-tensor scale (``BlockQuantized.global_scale``, a
+        ``numpy.float32``).
+    axis, block_size, out_dtype, backend
+        As in :func:`dequantize_mx` (``block_size`` defaults to NVFP4's 16).
 
     Examples
     --------

@@ -178,16 +178,12 @@ def choose_qparams(
     x = device_float_input(x)
     spec = make_spec(x.shape, dtype, axis, block_size, mapping, quant_min, quant_max, eps, scale_op, narrow_range,
                      False)
-    shape = _param_shape(spec.layout, block_size)
     if x.size == 0:
-        modelopt = spec.mapping == Mapping.MODELOPT
-        scale = np.full(spec.layout.grid, np.float32(1) if modelopt else np.float32(spec.eps))
-        zp = np.full(spec.layout.grid, spec.qmin if spec.mapping == Mapping.ASYMMETRIC else (0 if modelopt else
-                                                                                             spec.zp_sym), np.int32)
-        scale, zp = (device_copy(scale), device_copy(zp)) if device else (scale, zp)
+        scale, zp = _empty_input_qparams(spec, device)
     else:
         scale, zp = _qparams_arrays(spec.layout.grid, device)
         resolve_backend(backend, (x,)).choose_qparams(x, spec, scale, zp)
+    shape = _param_shape(spec.layout, block_size)
     return scale.reshape(shape), zp.reshape(shape)
 
 
@@ -206,6 +202,19 @@ def _qparams_arrays(grid: tuple[int, ...], device: bool):
     if device:
         return device_result(None, grid, np.float32), device_result(None, grid, np.int32)
     return np.empty(grid, np.float32), np.empty(grid, np.int32)
+
+
+def _empty_input_qparams(spec: DynamicSpec, device: bool):
+    """The block-grid qparams of an empty input (no data to reduce, no kernel to run).
+
+    Every block gets the scale floor ``eps`` (1.0 for ``"modelopt"``) and its
+    mapping's zero point: ``qmin`` (asymmetric), 0 (modelopt) or the symmetric one.
+    """
+    modelopt = spec.mapping == Mapping.MODELOPT
+    scale = np.full(spec.layout.grid, np.float32(1) if modelopt else np.float32(spec.eps))
+    zp = np.full(spec.layout.grid, spec.qmin if spec.mapping == Mapping.ASYMMETRIC else (0 if modelopt else
+                                                                                         spec.zp_sym), np.int32)
+    return (device_copy(scale), device_copy(zp)) if device else (scale, zp)
 
 
 def quantize_dynamic(
@@ -263,20 +272,18 @@ def quantize_dynamic(
     fmt = spec.format
     shape = x.shape[:-1] + (x.shape[-1] // fmt.codes_per_byte,) if spec.packed else x.shape
     code_dtype = np.uint8 if spec.packed else fmt.dtype
-    if x.size == 0:
-        s, z = choose_qparams(x, dtype, axis=axis, block_size=block_size, mapping=mapping, quant_min=quant_min,
-                              quant_max=quant_max, eps=eps, narrow_range=narrow_range, scale_op=scale_op,
-                              backend=backend)
-        return device_result(None, shape, code_dtype) if device else np.empty(shape, code_dtype), s, z
-    impl = resolve_backend(backend, (x,))
+    impl = resolve_backend(backend, (x,)) if x.size else None  # an empty input runs no kernel
     codes = device_result(None, shape, code_dtype) if device else np.empty(shape, code_dtype)
-    scale, zp = _qparams_arrays(spec.layout.grid, device)
-    store = codes.view(np.uint8 if spec.packed else fmt.storage)
-    if spec.fused_rows() is None or not impl.quantize_dynamic(x, spec, store, scale, zp):
-        # Two passes: the block-grid qparams (on the host, small), then the backend's static quantize kernel.
-        s_host, z_host = _qparams_arrays(spec.layout.grid, False)
-        impl.choose_qparams(x, spec, s_host, z_host)
-        _quantize_with_qparams(impl, x, spec, store, s_host, z_host)
-        scale, zp = (device_copy(s_host), device_copy(z_host)) if device else (s_host, z_host)
+    if impl is None:
+        scale, zp = _empty_input_qparams(spec, device)
+    else:
+        scale, zp = _qparams_arrays(spec.layout.grid, device)
+        store = codes.view(np.uint8 if spec.packed else fmt.storage)
+        if spec.fused_rows() is None or not impl.quantize_dynamic(x, spec, store, scale, zp):
+            # Two passes: the block-grid qparams (on the host, small), then the backend's static quantize kernel.
+            s_host, z_host = _qparams_arrays(spec.layout.grid, False)
+            impl.choose_qparams(x, spec, s_host, z_host)
+            _quantize_with_qparams(impl, x, spec, store, s_host, z_host)
+            scale, zp = (device_copy(s_host), device_copy(z_host)) if device else (s_host, z_host)
     pshape = _param_shape(spec.layout, block_size)
     return codes, scale.reshape(pshape), zp.reshape(pshape)

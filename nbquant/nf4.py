@@ -128,6 +128,9 @@ def quantize_nf4(
     Returns
     -------
     NF4Quantized
+        uint8 codes (two per byte, the first element in the high nibble) and float32
+        block scales; with ``scale_block_size``, int8 scales with their float32
+        ``double_scales`` and ``scale_mean``.
 
     Examples
     --------

@@ -143,6 +143,9 @@ def quantize_linear(x: npt.ArrayLike, y_scale: npt.ArrayLike, y_zero_point: npt.
     Returns
     -------
     numpy.ndarray
+        ``y``: codes of ``x``'s shape in the quantized type (the zero point's dtype,
+        else ``output_dtype``, else uint8); int4/uint4/int2/uint2 and the float
+        types as ml_dtypes arrays.
 
     Examples
     --------
@@ -199,6 +202,8 @@ def dequantize_linear(x: npt.ArrayLike, x_scale: npt.ArrayLike, x_zero_point: np
     Returns
     -------
     numpy.ndarray
+        ``y``: floats of ``x``'s shape, dtype ``output_dtype`` (default: the
+        scale's dtype).
 
     Examples
     --------

@@ -114,7 +114,8 @@ def quantize(input: npt.ArrayLike, scale, zero_point=None, *, axis: int = -1, to
     Returns
     -------
     numpy.ndarray
-        int8, ml_dtypes.int4 or ml_dtypes.float8_e4m3fn codes.
+        Codes of the input's shape in ``to_type``: int8, ml_dtypes.int4 or
+        ml_dtypes.float8_e4m3fn.
 
     Examples
     --------
@@ -144,6 +145,8 @@ def dequantize(input: npt.ArrayLike, scale, zero_point=None, *, axis: int = -1, 
     Returns
     -------
     numpy.ndarray
+        ``input * scale`` (the zero point is all zeros), the input's shape, cast to
+        ``to_type``.
 
     Examples
     --------

@@ -178,6 +178,8 @@ def quantize_affine(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero
     Returns
     -------
     numpy.ndarray
+        Codes of the input's shape: uint8 (``"uint8"`` and ``"uint1"`` .. ``"uint7"``),
+        int8 or int16.
 
     Examples
     --------
@@ -246,6 +248,8 @@ def dequantize_affine(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, ze
     Returns
     -------
     numpy.ndarray
+        ``(input - zero_point) * scale`` computed in float32 and cast to
+        ``output_dtype``; the input's shape.
 
     Examples
     --------
@@ -300,6 +304,8 @@ def choose_qparams_affine(input: npt.ArrayLike, mapping_type, block_size, target
     Returns
     -------
     scale, zero_point : numpy.ndarray
+        One per block: float32 scales and ``zero_point_dtype`` zero points, shaped as
+        the block grid (its size-1 dimensions dropped unless ``keepdim``).
 
     Examples
     --------
@@ -384,9 +390,15 @@ def _tinygemm_params(block_size, scale, zero_point, shape, key, quant_min, quant
     return block, grid, s, zp, qmin, qmax, (qmax + qmin + 1) / 2
 
 
-def _reduction_view(a: np.ndarray, shape, block) -> np.ndarray:
-    """``a`` viewed as torchao's ``shape_for_reduction``: each dimension split into (blocks, block)."""
-    return a.reshape(tuple(v for n, b in zip(shape, block, strict=True) for v in (n // b, b)))
+def _per_block(op, a: np.ndarray, values: np.ndarray, block) -> np.ndarray:
+    """``op(a, value of the element's block)`` in float32, one rounding per element; ``values`` is the block grid.
+
+    ``a`` is viewed as torchao's ``shape_for_reduction`` (each dimension split into
+    (blocks, block)) and ``values`` as (blocks, 1) per dimension, so they broadcast.
+    """
+    split = tuple(v for n, b in zip(a.shape, block, strict=True) for v in (n // b, b))
+    expanded = tuple(v for g in values.shape for v in (g, 1))
+    return op(a.astype(np.float32).reshape(split), values.reshape(expanded)).reshape(a.shape)
 
 
 def _quantize_affine_tinygemm(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero_point: npt.ArrayLike,
@@ -414,8 +426,7 @@ def _quantize_affine_tinygemm(input: npt.ArrayLike, block_size, scale: npt.Array
     if key in _SUB_BYTE_INT:
         raise NotImplementedError(f"output_dtype={output_dtype!r} cannot be materialised in torch 2.13")
     min_val = zp - s * np.float32(mid)
-    expanded = tuple(v for g in grid for v in (g, 1))
-    shifted = (_reduction_view(x.astype(np.float32), x.shape, block) - min_val.reshape(expanded)).reshape(x.shape)
+    shifted = _per_block(np.subtract, x, min_val, block)
     return api.quantize(shifted, s, _TARGETS[key][0], block_size=block, quant_min=qmin, quant_max=qmax)
 
 
@@ -430,8 +441,11 @@ def _dequantize_affine_tinygemm(input: npt.ArrayLike, block_size, scale: npt.Arr
 
     Examples
     --------
+    The round trip of the :func:`_quantize_affine_tinygemm` example:
+
     >>> import numpy as np
-    >>> q = np.array([[0, 5, 10, 15]], np.uint8)
+    >>> x = np.array([[0.0, 1.0, 2.0, 3.0]], np.float32)
+    >>> q = _quantize_affine_tinygemm(x, (1, 4), np.float32(0.2), np.float32(1.6), "uint4")
     >>> _dequantize_affine_tinygemm(q, (1, 4), np.float32(0.2), np.float32(1.6), "uint4")
     array([[0., 1., 2., 3.]], dtype=float32)
     """
@@ -443,6 +457,4 @@ def _dequantize_affine_tinygemm(input: npt.ArrayLike, block_size, scale: npt.Arr
     if key in _SUB_BYTE_UINT:
         q = q.view(np.uint8)
     scaled = api.dequantize(q, s, zero_point=np.full(grid, mid, np.float32), block_size=block, out_dtype=out)
-    expanded = tuple(v for g in grid for v in (g, 1))
-    total = _reduction_view(scaled.astype(np.float32), q.shape, block) + zp.reshape(expanded)
-    return total.reshape(q.shape).astype(out)
+    return _per_block(np.add, scaled, zp, block).astype(out)

@@ -96,7 +96,8 @@ def quantize(input: npt.ArrayLike, scale, dtype, dim: int | None = None) -> np.n
     Returns
     -------
     numpy.ndarray
-        int8, ml_dtypes.int4 or ml_dtypes.float8_e4m3fn codes.
+        Codes of the input's shape as ``dtype`` names them: int8, ml_dtypes.int4 or
+        ml_dtypes.float8_e4m3fn (E4M3FN for ``"float8"``).
 
     Examples
     --------
@@ -130,6 +131,7 @@ def dequantize(input: npt.ArrayLike, scale, dtype, dim: int | None = None) -> np
     Returns
     -------
     numpy.ndarray
+        ``input * scale`` of the input's shape, in ``dtype``.
 
     Examples
     --------
