@@ -1,15 +1,16 @@
 """The ``nbquant`` command line (also ``python -m nbquant``).
 
 ``nbquant demo`` quantizes a built-in weight-like matrix with several schemes on
-every available backend and prints a table of accuracy, speed and agreement with
-the ``reference`` backend. The work is done by :mod:`nbquant.demo`; this module only
-parses arguments and formats.
+every available compiled backend, checks the codes of a slice of rows against the
+``reference`` backend, and prints a table of accuracy, speed and agreement, with a
+legend. The work is done by :mod:`nbquant.demo`; this module only parses arguments
+and formats.
 
 Examples
 --------
 In a shell::
 
-    $ nbquant demo                    # 4096 x 4096, every available backend
+    $ nbquant demo                    # 4096 x 4096, every available compiled backend
     $ nbquant demo --size 1024x4096 --backend cpu --repeats 10
     $ python -m nbquant demo --size 256
 """
@@ -18,10 +19,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["main", "parse_size", "format_row", "HEADER"]
+__all__ = ["main", "parse_size", "format_row", "machine_info", "HEADER", "LEGEND"]
 
 #: Column titles and widths of the demo table.
 _COLUMNS = (
@@ -37,6 +40,23 @@ def _line(cells: Sequence[str]) -> str:
 
 
 HEADER = _line([title for title, _ in _COLUMNS])
+
+#: The lines printed under the demo table: what each column means, and why low-bit rows have a low SQNR.
+LEGEND = (
+    "legend:",
+    "  scheme, layout  the format, and which values share a scale: per-tensor = one scale, axis=0 = one per row,",
+    "                  block_size = one per block of columns; MX and NVFP4 compute a scale per block of 32 or 16",
+    "  backend         what quantized the whole matrix (the reference backend checks it on the checked rows)",
+    "  SQNR dB         10 log10(sum x^2 / sum (x - dequantize(quantize(x)))^2) on the checked rows; higher is better",
+    "  max abs err     the largest |x - dequantize(quantize(x))| on the checked rows",
+    "  first ms        the first quantize call: includes the JIT compile (first run) or the load from numba's cache",
+    "  median ms       the median time of the calls after it; GB/s = (input + scales + codes bytes) / median",
+    "  = reference     yes: the codes of the checked rows equal the reference backend's bit for bit",
+    "  A low SQNR on low-bit rows is expected, not a bug: on a Gaussian or heavy-tailed input each bit of a code",
+    "  is worth ~6 dB, so int8 per-channel gets ~30 dB, the 4-bit formats ~15-20 dB, and int2, with 4 levels,",
+    "  ~0-6 dB (its scale is set by each row's largest value, so almost every weight rounds to 0). Per-tensor",
+    "  scales lose ~20 dB to the 100x spread of row magnitudes; per-channel, group and block scales win it back.",
+)
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -77,13 +97,78 @@ def _positive_int(text: str) -> int:
 
 
 def format_row(row) -> str:
-    """One table line for a :class:`nbquant.demo.DemoRow`, aligned with :data:`HEADER`."""
+    """One table line for a :class:`nbquant.demo.DemoRow`, aligned with :data:`HEADER`.
+
+    Examples
+    --------
+    >>> from nbquant.demo import DemoRow
+    >>> row = DemoRow("int8 per-tensor", "per-tensor", "cpu", 10.73, 0.06538, 4.2, 0.004, 2 * 10**7, True)
+    >>> format_row(row).split()
+    ['int8', 'per-tensor', 'per-tensor', 'cpu', '10.73', '0.06538', '4200.000', '4.000', '5', 'yes']
+    >>> len(format_row(row)) == len(HEADER)
+    True
+    """
     cells = (
         row.scheme, row.layout, row.backend, f"{row.sqnr_db:.2f}", f"{row.max_abs_error:.4g}",
         f"{row.first_call_s * 1e3:.3f}", f"{row.median_s * 1e3:.3f}", f"{row.gb_per_s:.3g}",
         "yes" if row.equals_reference else "NO",
     )
     return _line(cells)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> dict[str, Any]:
+    """Facts about this machine and numba's threads, for the demo's last line.
+
+    ``threading_layer`` is numba's layer once a parallel kernel has run in this
+    process (``None`` before that, or when numba was never imported).
+
+    Returns
+    -------
+    dict
+        ``cpu``, ``cores`` (``os.cpu_count()``), ``usable_cores`` (the affinity
+        mask), ``platform``, ``python``, ``numpy``, ``numba``, ``numba_threads``,
+        ``threading_layer``, ``omp_wait_policy``.
+
+    Examples
+    --------
+    >>> sorted(machine_info())[:3]
+    ['cores', 'cpu', 'numba']
+    """
+    import numpy as np
+
+    affinity = getattr(os, "sched_getaffinity", None)
+    info: dict[str, Any] = {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "usable_cores": len(affinity(0)) if affinity else os.cpu_count(),
+        "platform": f"{platform.system()} {platform.machine()}",
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": None,
+        "numba_threads": None,
+        "threading_layer": None,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+    }
+    numba = sys.modules.get("numba")
+    if numba is not None:
+        info["numba"] = numba.__version__
+        info["numba_threads"] = numba.get_num_threads()
+        try:
+            info["threading_layer"] = numba.threading_layer()
+        except ValueError:  # no parallel kernel has run yet
+            pass
+    return info
 
 
 def _machine_line(info: dict) -> str:
@@ -95,8 +180,25 @@ def _machine_line(info: dict) -> str:
             f"OMP_WAIT_POLICY={info['omp_wait_policy'] or '(unset)'}")
 
 
+def _ordinal(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ..., ``11th``, ..., ``22nd``."""
+    suffix = "th" if n % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _check_line(rows: int, cols: int) -> str:
+    """What the reference backend checks: every row of a small matrix, else every k-th row."""
+    from nbquant.demo import check_step
+
+    step = check_step(rows, cols)
+    which = f"all {rows} rows" if step == 1 else f"every {_ordinal(step)} row ({-(-rows // step)} of {rows} rows)"
+    return (f"check: the reference backend (NumPy) quantizes {which} with the same scales; "
+            "SQNR dB, max abs err and = reference cover those rows")
+
+
 def _build_parser() -> argparse.ArgumentParser:
     import nbquant
+    from nbquant.demo import DEFAULT_REPEATS
 
     parser = argparse.ArgumentParser(prog="nbquant", description="nbquant: Numba-compiled quantization kernels.")
     parser.add_argument("--version", action="version", version=f"nbquant {nbquant.__version__}")
@@ -104,19 +206,22 @@ def _build_parser() -> argparse.ArgumentParser:
     names = [b.name for b in nbquant.backends()]
     demo = sub.add_parser(
         "demo",
-        help="quantize a built-in weight-like matrix with several schemes on every backend",
+        help="quantize a built-in weight-like matrix with several schemes on every compiled backend",
         description="Quantize a deterministic heavy-tailed float32 matrix (Student-t, per-row magnitudes) with "
-                    "several schemes on every available backend; print SQNR, max abs error, quantize time "
-                    "(first call, which includes the JIT compile or cache load, and the median of the repeats), "
-                    "GB/s (bytes read + written / median time) and whether the codes equal the reference "
-                    "backend's bit for bit. Exits 1 if any backend disagrees with reference.",
+                    "several schemes on every available compiled backend; print SQNR, max abs error, quantize "
+                    "time (first call, which includes the JIT compile or cache load, and the median of the "
+                    "repeats), GB/s (bytes read + written / median time) and whether the codes equal the "
+                    "reference backend's bit for bit on a slice of rows (every row of a matrix of up to 2^20 "
+                    "values), and a legend. Exits 1 if any backend disagrees with reference, 2 if a backend "
+                    "named with --backend cannot run here.",
     )
     demo.add_argument("--size", type=parse_size, default="4096",
                       help="N (an N x N matrix) or ROWSxCOLS; COLS must be even (default: 4096)")
     demo.add_argument("--backend", action="append", choices=names, dest="backends", metavar="NAME",
-                      help=f"run only this backend (repeatable; one of {', '.join(names)}; default: all)")
-    demo.add_argument("--repeats", type=_positive_int, default=5,
-                      help="timed quantize calls after the first, per scheme and backend (default: 5)")
+                      help=f"run only this backend (repeatable; one of {', '.join(names)}; default: every "
+                           "available one but reference, which checks them)")
+    demo.add_argument("--repeats", type=_positive_int, default=DEFAULT_REPEATS,
+                      help=f"timed quantize calls after the first, per scheme and backend (default: {DEFAULT_REPEATS})")
     demo.add_argument("--seed", type=int, default=0, help="seed of the input matrix (default: 0)")
     return parser
 
@@ -125,23 +230,31 @@ def _demo(args: argparse.Namespace) -> int:
     import nbquant
     from nbquant import demo
 
+    if args.backends:
+        run, skipped = list(dict.fromkeys(args.backends)), []
+        unavailable = demo.unavailable_backends(run)
+        for name, why in unavailable:
+            print(f"nbquant demo: backend {name} cannot run here: {why}", file=sys.stderr)
+        if unavailable:
+            return 2
+    else:
+        run, skipped = demo.default_backends(), demo.unavailable_backends()
     rows, cols = args.size
-    wanted = args.backends or [b.name for b in nbquant.backends()]
-    skipped = demo.unavailable_backends(wanted)
-    run = [n for n in dict.fromkeys(wanted) if n not in {name for name, _ in skipped}]
     x = demo.make_weights(rows, cols, args.seed)
     print(f"nbquant {nbquant.__version__} demo: {rows}x{cols} float32 weight-like matrix ({x.nbytes / 2**20:.1f} MiB; "
           f"Student-t df={demo.T_DOF}, per-row magnitudes x0.1..x10, seed {args.seed})")
-    print(f"backends: {', '.join(run) or 'none'}" + "".join(f"; skipped {n}: {why}" for n, why in skipped))
-    print(f"time: quantize only; first call (includes JIT compile or cache load), then median of {args.repeats}; "
-          "GB/s = (input + scales + codes bytes) / median"
+    print(f"backends: {', '.join(run)}" + "".join(f"; skipped {n}: {why}" for n, why in skipped))
+    print(_check_line(rows, cols))
+    print(f"time: quantize of the whole matrix; first call (includes JIT compile or cache load), then median of "
+          f"{args.repeats}; GB/s = (input + scales + codes bytes) / median"
           + ("; cuda times include copying the NumPy arrays to and from the GPU" if "cuda" in run else ""))
     print(HEADER, flush=True)
     mismatches = 0
     for row in demo.run_demo(backends=run, repeats=args.repeats, x=x):
         mismatches += not row.equals_reference
         print(format_row(row), flush=True)
-    print(_machine_line(demo.machine_info()))
+    print("\n".join(LEGEND))
+    print(_machine_line(machine_info()))
     if mismatches:
         print(f"error: {mismatches} row(s) differ from the reference backend", file=sys.stderr)
         return 1
@@ -163,8 +276,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns
     -------
     int
-        0 on success, 1 if a backend's codes differ from the reference backend's.
+        0 on success; 1 if a backend's codes differ from the reference backend's; 2,
+        with the reason on stderr, if a backend named with ``--backend`` cannot run here.
         Bad arguments raise :class:`SystemExit` with status 2 and a message on stderr.
+
+    Examples
+    --------
+    >>> import contextlib, io
+    >>> with contextlib.redirect_stdout(io.StringIO()) as out:
+    ...     status = main(["demo", "--size", "4x32", "--backend", "reference", "--repeats", "1"])
+    >>> status, out.getvalue().splitlines()[2]  # doctest: +ELLIPSIS
+    (0, 'check: the reference backend (NumPy) quantizes all 4 rows with the same scales; ...')
     """
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args = _build_parser().parse_args(argv)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,15 +15,15 @@ import pytest
 import nbquant
 from nbquant import cli, demo
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def table(stdout: str) -> dict[tuple[str, str], list[str]]:
     """Parse the demo table: ``{(scheme + " " + layout, backend): [sqnr, err, first, median, gbps, eq]}``."""
     lines = stdout.splitlines()
     start = lines.index(cli.HEADER) + 1
     rows = {}
-    for line in lines[start:]:
-        if line.startswith("machine:"):
-            break
+    for line in lines[start:lines.index("legend:")]:
         tokens = line.split()
         key = (" ".join(tokens[:-7]), tokens[-7])
         assert key not in rows, f"duplicate row {key}"
@@ -40,11 +42,21 @@ def check_table(stdout: str, cols: int, backends: list[str]) -> None:
     assert "machine:" in stdout and "OMP_WAIT_POLICY=" in stdout
 
 
+def check_legend(stdout: str) -> None:
+    """The legend follows the table verbatim, and the machine line follows the legend."""
+    lines = stdout.splitlines()
+    start = lines.index("legend:")
+    assert tuple(lines[start:start + len(cli.LEGEND)]) == cli.LEGEND
+    assert lines[start + len(cli.LEGEND)].startswith("machine: ")
+
+
 # Under the CUDA simulator the cuda backend is "available" but far too slow for a demo run.
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
-AVAILABLE = [b.name for b in nbquant.backends() if b.available and not (SIMULATOR and b.name == "cuda")]
-#: Demo arguments that run every backend in AVAILABLE: the default (all available) outside the simulator.
-SELECT = [arg for name in AVAILABLE for arg in ("--backend", name)] if SIMULATOR else []
+#: The backends a demo without --backend times (every available one but reference), less the simulated cuda.
+TIMED = [name for name in demo.default_backends() if not (SIMULATOR and name == "cuda")]
+#: Demo arguments that run every backend in TIMED: the default outside the simulator.
+SELECT = [arg for name in TIMED for arg in ("--backend", name)] if SIMULATOR else []
+CUDA = {b.name: b for b in nbquant.backends()}["cuda"]
 
 
 def test_demo_in_process(capsys, monkeypatch):
@@ -53,16 +65,43 @@ def test_demo_in_process(capsys, monkeypatch):
     assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
     out = capsys.readouterr().out
     assert "256x256 float32" in out
-    assert "cpu" in AVAILABLE
-    check_table(out, 256, AVAILABLE)
+    assert "cpu" in TIMED and "reference" not in TIMED
+    check_table(out, 256, TIMED)
+    check_legend(out)
+    assert "quantizes all 256 rows with the same scales" in out
     assert "threading layer omp" in out or "threading layer workqueue" in out or "threading layer tbb" in out
+
+
+def test_default_size_checks_every_16th_row():
+    assert demo.check_step(*demo.DEFAULT_SIZE) == 16
+    assert cli._check_line(*demo.DEFAULT_SIZE) == (
+        "check: the reference backend (NumPy) quantizes every 16th row (256 of 4096 rows) with the same scales; "
+        "SQNR dB, max abs err and = reference cover those rows")
+
+
+def test_checked_rows_are_a_strided_slice(capsys, monkeypatch):
+    """16 rows of 32 fit in 512 checked values, so a 40-row matrix is checked on every 3rd row: 14 of 40."""
+    monkeypatch.setattr(demo, "CHECK_ELEMENTS", 512)
+    assert demo.check_step(40, 32) == 3
+    assert cli.main(["demo", "--size", "40x32", "--backend", "cpu", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "check: the reference backend (NumPy) quantizes every 3rd row (14 of 40 rows) with the same scales;" in out
+    check_table(out, 32, ["cpu"])
+
+
+@pytest.mark.parametrize(("n", "text"), [(1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (12, "12th"),
+                                         (13, "13th"), (16, "16th"), (21, "21st"), (22, "22nd"), (112, "112th")])
+def test_ordinal(n, text):
+    assert cli._ordinal(n) == text
 
 
 def test_demo_keeps_a_users_omp_wait_policy(capsys, monkeypatch):
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     assert cli.main(["demo", "--size", "8x32", "--backend", "reference", "--repeats", "1"]) == 0
     assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
-    check_table(capsys.readouterr().out, 32, ["reference"])
+    out = capsys.readouterr().out
+    check_table(out, 32, ["reference"])
+    check_legend(out)
 
 
 def test_demo_rectangular_size_and_one_backend(capsys):
@@ -77,7 +116,8 @@ def test_demo_subprocess():
     proc = subprocess.run([sys.executable, "-m", "nbquant", "demo", "--size", "64", *SELECT],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    check_table(proc.stdout, 64, AVAILABLE)
+    check_table(proc.stdout, 64, TIMED)
+    check_legend(proc.stdout)
     assert "OMP_WAIT_POLICY=" in proc.stdout
 
 
@@ -86,8 +126,35 @@ def test_unavailable_backend_is_skipped_with_its_reason(capsys, monkeypatch):
     monkeypatch.setattr(nbquant, "backends", lambda: fake)
     assert cli.main(["demo", "--size", "8x16", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
-    assert "skipped cuda: no GPU here" in out
-    check_table(out, 16, [b.name for b in fake if b.available])
+    assert "backends: cpu; skipped cuda: no GPU here\n" in out
+    check_table(out, 16, ["cpu"])
+
+
+def test_requested_unavailable_backend_exits_2_with_its_reason(capsys, monkeypatch):
+    fake = [b for b in nbquant.backends() if b.name != "cuda"] + [nbquant.BackendInfo("cuda", False, "no GPU here")]
+    monkeypatch.setattr(nbquant, "backends", lambda: fake)
+    assert cli.main(["demo", "--size", "8x16", "--backend", "cpu", "--backend", "cuda"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == "nbquant demo: backend cuda cannot run here: no GPU here\n"
+
+
+@pytest.mark.skipif(CUDA.available, reason="the cuda backend can run here")
+def test_demo_backend_cuda_without_a_gpu_subprocess():
+    """No monkeypatching: on a machine without a GPU, ``--backend cuda`` fails with nbquant.backends()'s reason."""
+    proc = subprocess.run([sys.executable, "-m", "nbquant", "demo", "--backend", "cuda"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr == f"nbquant demo: backend cuda cannot run here: {CUDA.reason}\n"
+
+
+def test_no_compiled_backend_times_reference(monkeypatch):
+    fake = [nbquant.BackendInfo("reference", True, "available"), nbquant.BackendInfo("cpu", False, "no numba"),
+            nbquant.BackendInfo("cuda", False, "no numba")]
+    monkeypatch.setattr(nbquant, "backends", lambda: fake)
+    assert demo.default_backends() == ["reference"]
+    assert demo.unavailable_backends() == [("cpu", "no numba"), ("cuda", "no numba")]
 
 
 def test_mismatch_with_reference_exits_1(capsys, monkeypatch):
@@ -102,6 +169,68 @@ def test_mismatch_with_reference_exits_1(capsys, monkeypatch):
     captured = capsys.readouterr()
     assert " NO" in captured.out
     assert "differ from the reference backend" in captured.err
+
+
+def test_wrong_codes_on_a_checked_row_are_caught(monkeypatch):
+    """A backend whose int8 codes differ on one checked row only: its rows say NO, and their SQNR is its own."""
+    real = nbquant.quantize
+
+    def off_by_one_on_row_2(x, scale, dtype, *, backend=None, **kwargs):
+        q = real(x, scale, dtype, backend=backend, **kwargs)
+        if backend == "cpu" and dtype == "int8":
+            q[2] = np.where(q[2] < 0, q[2] + 1, q[2] - 1)
+        return q
+
+    monkeypatch.setattr(nbquant, "quantize", off_by_one_on_row_2)
+    monkeypatch.setattr(demo, "CHECK_ELEMENTS", 64)  # 2 rows of 32: rows 0 and 2 of 4 are checked
+    x = demo.make_weights(4, 32)
+    assert demo.check_step(*x.shape) == 2
+    rows = {(r.scheme, r.backend): r for r in demo.run_demo(x=x, backends=["reference", "cpu"], repeats=1)}
+    assert {key for key, r in rows.items() if not r.equals_reference} == {("int8 per-tensor", "cpu"),
+                                                                          ("int8 per-channel", "cpu")}
+    for scheme in ("int8 per-tensor", "int8 per-channel"):
+        assert rows[scheme, "cpu"].sqnr_db < rows[scheme, "reference"].sqnr_db
+    assert rows["int4 onnx blocked", "cpu"].sqnr_db == rows["int4 onnx blocked", "reference"].sqnr_db
+
+
+def test_unchecked_rows_are_not_compared(monkeypatch):
+    """Row 1 is not checked (every 2nd row of 4): codes that differ there alone pass, as the check line says."""
+    real = nbquant.quantize
+
+    def off_on_row_1(x, scale, dtype, *, backend=None, **kwargs):
+        q = real(x, scale, dtype, backend=backend, **kwargs)
+        if backend == "cpu" and dtype == "int8":
+            q[1] = 0
+        return q
+
+    monkeypatch.setattr(nbquant, "quantize", off_on_row_1)
+    monkeypatch.setattr(demo, "CHECK_ELEMENTS", 64)
+    assert all(r.equals_reference for r in demo.run_demo(x=demo.make_weights(4, 32), backends=["cpu"], repeats=1))
+
+
+def _readme_demo_paragraph() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    return readme.split("\n`nbquant demo` quantizes", 1)[1].split("\n## ", 1)[0]
+
+
+NUMBERS = {"six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
+
+
+def test_readme_names_the_schemes_the_demo_runs():
+    """The README counts the schemes, and its table names them (and their layouts) as the demo prints them."""
+    text = _readme_demo_paragraph()
+    count = re.search(r"with (\w+)\s+schemes", text).group(1)
+    listed = re.findall(r"^\| `([^`]+)` \| `([^`]+)` \|", text, re.M)
+    printed = [(s.name, s.layout) for s in demo.schemes()]
+    assert listed == printed
+    assert NUMBERS[count] == len(printed) == 10
+
+
+def test_readme_quotes_the_legend_and_the_check():
+    text = _readme_demo_paragraph()
+    quoted = re.search(r"```text\n(legend:\n.*?)```", text, re.S).group(1)
+    assert tuple(quoted.splitlines()) == cli.LEGEND
+    assert cli._check_line(*demo.DEFAULT_SIZE) in text.replace("\n", " ")
 
 
 @pytest.mark.parametrize(
@@ -152,6 +281,14 @@ def test_weights_are_deterministic_heavy_tailed_and_per_row():
     assert row_std.max() / row_std.min() > 10  # per-row magnitudes differ
     z = w / row_std[:, None]
     assert np.mean(z**4) > 4  # kurtosis above a Gaussian's 3
+
+
+def test_weights_follow_student_t_with_4_degrees_of_freedom():
+    """One row (one magnitude): quantile ratios of |w| are Student-t df=4's (a Gaussian's 98% / 50% is 3.45)."""
+    w = np.abs(demo.make_weights(1, 2**20, seed=5)[0])
+    q50, q98, q998 = np.quantile(w, [0.5, 0.98, 0.998])
+    assert q98 / q50 == pytest.approx(3.7469 / 0.74070, rel=0.02)  # t4 quantiles at 0.99 and 0.75
+    assert q998 / q50 == pytest.approx(7.1732 / 0.74070, rel=0.05)  # and at 0.999
 
 
 @pytest.mark.parametrize("cols", [2, 64, 96, 100, 4096])
