@@ -84,6 +84,7 @@ def test_asv_check():
     assert "No problems found" in res.stdout
 
 
+@pytest.mark.full(reason="slow tooling: runs nine asv benchmarks, each in a new process (minutes on a cold cache)")
 @pytest.mark.skipif(not HAVE_ASV, reason="asv is not installed (pip install -e .[bench])")
 def test_asv_quick_dry_run(tmp_path):
     env = {"HOME": str(tmp_path), "NBQUANT_ASV_QUICK": "1"}
