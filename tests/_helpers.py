@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import ml_dtypes
 import numpy as np
+from hypothesis import settings
+from hypothesis.errors import InvalidArgument
 
 import nbquant
 
@@ -13,6 +16,30 @@ INT_FORMATS = ("int8", "uint8", "int16", "uint16", "int4", "uint4", "int2", "uin
 SUB_BYTE_FORMATS = ("int4", "uint4", "int2", "uint2")
 INPUT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float64))
 OUTPUT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def examples(full_tier_count: int) -> int:
+    """``max_examples`` for a property that runs ``full_tier_count`` examples in the full tier.
+
+    The count is scaled by the loaded hypothesis profile against the ``full`` one
+    (tests/conftest.py): the full tier runs ``full_tier_count``, the default tier a
+    quarter of it. Outside a pytest session (no ``full`` profile) it is ``full_tier_count``.
+
+    Parameters
+    ----------
+    full_tier_count : int
+        The test's example count in the full tier.
+
+    Returns
+    -------
+    int
+        At least 1.
+    """
+    try:
+        full = settings.get_profile("full").max_examples
+    except InvalidArgument:  # no such profile registered
+        return full_tier_count
+    return max(1, math.ceil(full_tier_count * settings.default.max_examples / full))
 
 
 def assert_same_bits(actual: np.ndarray, expected: np.ndarray) -> None:

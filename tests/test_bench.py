@@ -45,6 +45,8 @@ def test_select_cases():
     assert len(bench.select_cases(None)) == len(bench.CASES)
 
 
+@pytest.mark.full(reason="slow tooling: the ratio benchmark compiles every case's kernels in a new process "
+                        "(1-2 min on a cold cache)")
 def test_ratio_benchmark_prints_table():
     res = _run([sys.executable, "-m", "nbquant.bench", "--sizes", "2^10", "--repeats", "2"], ROOT)
     assert res.returncode == 0, res.stderr
@@ -70,6 +72,7 @@ def test_asv_check():
     assert "No problems found" in res.stdout
 
 
+@pytest.mark.full(reason="slow tooling: runs nine asv benchmarks, each in a new process (minutes on a cold cache)")
 @pytest.mark.skipif(not HAVE_ASV, reason="asv is not installed (pip install -e .[bench])")
 def test_asv_quick_dry_run(tmp_path):
     env = {"HOME": str(tmp_path), "NBQUANT_ASV_QUICK": "1"}

@@ -9,6 +9,7 @@ from _helpers import assert_same_bits
 
 from nbquant.compat import onnx as connx
 
+pytestmark = pytest.mark.full(reason="parity against an installed peer (onnx, onnxruntime)")
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import assert_same_bits
+from _helpers import assert_same_bits, examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -14,7 +14,7 @@ from hypothesis.extra import numpy as hnp
 import nbquant
 from nbquant.compat import modelopt, onnx, pypto, tensorrt, torchao, tripy
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 finite = st.floats(-300, 300, width=32, allow_subnormal=False)
 scales = st.floats(0.015625, 4.0, width=32)
 

@@ -11,6 +11,7 @@ from _helpers import assert_same_bits
 
 from nbquant.compat import torchao as ta
 
+pytestmark = pytest.mark.full(reason="parity against an installed peer (torch, torchao)")
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     torch = pytest.importorskip("torch")

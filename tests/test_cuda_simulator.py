@@ -1,10 +1,13 @@
-"""The cuda backend without a GPU: the simulator run of the whole backend suite, plus cuda-only tests.
+"""The cuda backend without a GPU: the simulator run of the backend tests, plus cuda-only tests.
 
 ``test_backend_suite_under_the_cuda_simulator`` spawns
-``NUMBA_ENABLE_CUDASIM=1 NBQUANT_TEST_BACKENDS=cuda python -m pytest tests -p _cudasim_plugin``,
-which re-runs every test that uses the ``backend`` fixture on ``cuda`` (bit-exact against
-``reference``) together with the tests below that need a usable cuda backend. Outside
-that run (no simulator, no GPU) those tests skip. Tests marked ``gpu`` need real hardware.
+``NUMBA_ENABLE_CUDASIM=1 NBQUANT_TEST_BACKENDS=cuda python -m pytest ... -p _cudasim_plugin``,
+which runs tests that use the ``backend`` fixture on ``cuda`` (bit-exact against
+``reference``) together with the tests below that need a usable cuda backend. In the
+default tier the backend tests are those of ``test_cuda_kernel_families.py`` (every
+kernel family on small odd shapes); in the full tier (``--full``) every backend test of
+the suite. Outside that run (no simulator, no GPU) the cuda-only tests skip. Tests marked
+``gpu`` need real hardware.
 """
 
 from __future__ import annotations
@@ -12,17 +15,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
+from _background import Job
 
 import nbquant
 from nbquant.backends import BackendUnavailableError, is_device_array, use_cuda_stream
 
 ROOT = Path(__file__).resolve().parents[1]
+#: What the default tier's simulator run collects; the full tier collects all of ``tests``.
+DEFAULT_TIER_MODULES = ("tests/test_cuda_kernel_families.py", "tests/test_cuda_simulator.py")
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 CUDA = {b.name: b for b in nbquant.backends()}["cuda"]
 needs_cuda = pytest.mark.skipif(not CUDA.available, reason=f"cuda backend unavailable: {CUDA.reason}")
@@ -41,21 +46,29 @@ def _env(**extra: str) -> dict[str, str]:
 # --- the simulator run -----------------------------------------------------------------------------
 
 
-@pytest.mark.nosim
-def test_backend_suite_under_the_cuda_simulator():
-    """Every backend-parametrised test passes on cuda under NUMBA_ENABLE_CUDASIM=1."""
+def _simulator_job(full_tier: bool) -> Job | None:
+    """The simulator run: the default tier's modules, or all of ``tests`` (full tier); None without numba-cuda."""
     if CUDA.reason.startswith("numba-cuda is not installed"):
-        pytest.skip(CUDA.reason)
-    env = _env(NUMBA_ENABLE_CUDASIM="1", NBQUANT_TEST_BACKENDS="cuda",
+        return None
+    env = _env(NUMBA_ENABLE_CUDASIM="1", NBQUANT_TEST_BACKENDS="cuda", NBQUANT_TEST_TIER="full" if full_tier else "",
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])))
-    cmd = [sys.executable, "-m", "pytest", "tests", "-q", "--tb=line", "-p", "_cudasim_plugin",
+    targets = ["tests"] if full_tier else list(DEFAULT_TIER_MODULES)
+    cmd = [sys.executable, "-m", "pytest", *targets, "-q", "--tb=line", "-p", "_cudasim_plugin",
            "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestUnknownMarkWarning"]
-    start = time.perf_counter()
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    tail = "\n".join((res.stdout + res.stderr).strip().splitlines()[-60:])
-    print(f"simulator run: {time.perf_counter() - start:.0f}s\n{tail}")
-    assert res.returncode == 0, f"cuda simulator run failed (rc={res.returncode}):\n{tail}"
-    assert " passed" in res.stdout
+    return Job(cmd, ROOT, env, timeout=1800 if full_tier else 900)
+
+
+@pytest.mark.nosim
+@pytest.mark.background(job=_simulator_job)
+def test_backend_suite_under_the_cuda_simulator(full_tier, background_result):
+    """The backend tests pass on cuda under NUMBA_ENABLE_CUDASIM=1: every kernel family (default tier), all (full)."""
+    if background_result is None:
+        pytest.skip(CUDA.reason)
+    targets = "tests" if full_tier else " ".join(DEFAULT_TIER_MODULES)
+    tail = "\n".join(background_result.output.strip().splitlines()[-60:])
+    print(f"simulator run of {targets}: {background_result.seconds:.0f}s\n{tail}")
+    assert background_result.returncode == 0, f"cuda simulator run failed (rc={background_result.returncode}):\n{tail}"
+    assert " passed" in background_result.output
 
 
 @pytest.mark.nosim

@@ -149,6 +149,7 @@ def test_empty_input():
     assert q.shape == (0, 4) and s.shape == (4,)
 
 
+@pytest.mark.full(reason="parity against an installed peer (torchao)")
 @pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao not installed")
 @pytest.mark.parametrize("mapping", ["SYMMETRIC", "ASYMMETRIC", "SYMMETRIC_NO_CLIPPING_ERR"])
 @pytest.mark.parametrize("bounds", [(-128, 127), (0, 255), (-8, 7), (0, 15)])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -92,7 +93,7 @@ def _block_of_each_element(layout) -> np.ndarray:
     return np.ravel_multi_index(blocks, layout.grid)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(shapes_and_layouts())
 def test_canonical_views_map_every_element_to_its_block(case):
     shape, kw = case
@@ -114,7 +115,7 @@ def test_canonical_views_map_every_element_to_its_block(case):
     assert (seen == 1).all()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(shapes_and_layouts(), st.sampled_from([2, 4]))
 def test_canonical_views_with_packed_last_axis(case, k):
     """A packed array (last axis divided by k) is viewed consistently with the unpacked one."""

@@ -10,7 +10,7 @@ import math
 import os
 
 import numpy as np
-from _helpers import INPUT_DTYPES, INT_FORMATS, OUTPUT_DTYPES, dequantize_both, quantize_both
+from _helpers import INPUT_DTYPES, INT_FORMATS, OUTPUT_DTYPES, dequantize_both, examples, quantize_both
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -20,8 +20,9 @@ from nbquant.formats import FORMATS
 from nbquant.layout import param_grid, resolve_layout
 
 MAX_ELEMENTS = 600
+#: 120 examples per property in the full tier, a quarter in the default tier (tests/conftest.py);
 #: ``NBQUANT_HYPOTHESIS_EXAMPLES=5000`` turns the properties into a longer bug hunt.
-EXAMPLES = int(os.environ.get("NBQUANT_HYPOTHESIS_EXAMPLES", "120"))
+EXAMPLES = int(os.environ.get("NBQUANT_HYPOTHESIS_EXAMPLES", "0")) or examples(120)
 PROPERTY = settings(max_examples=EXAMPLES, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
@@ -258,7 +259,7 @@ def test_quantize_recovers_the_codes_it_dequantized(backend, case, scale_op):
 
 
 def test_shapes_strategy_respects_the_element_budget():
-    @settings(max_examples=200, deadline=None)
+    @settings(max_examples=examples(200), deadline=None)
     @given(shapes(), shapes(2), shapes(4))
     def check(a, b, c):
         for s, k in zip((a, b, c), (1, 2, 4), strict=True):
