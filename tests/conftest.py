@@ -18,12 +18,21 @@ Tiers (docs/testing.md):
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from _background import Job, Running
 from hypothesis import settings
 
 COMPILED_BACKENDS = [b for b in os.environ.get("NBQUANT_TEST_BACKENDS", "cpu").split(",") if b]
 TIERS = ("default", "full")
+ROOT = Path(__file__).resolve().parents[1]
+#: A session with at least this many cpu-backend tests starts the Numba cache warm-up (tests/_background.py).
+WARM_UP_FROM = 200
+#: Background subprocesses of this session: the warm-up, and one per test marked ``background``.
+_RUNNING: dict[str, Running] = {}
 
 # ``max_examples`` of a property that sets none; tests that set their own count scale it by
 # ``default / full`` (``_helpers.examples``), so the full tier keeps each test's own count.
@@ -63,6 +72,46 @@ def pytest_collection_modifyitems(config, items):
         if marker is not None:
             why = marker.kwargs.get("reason", "full tier only")
             item.add_marker(pytest.mark.skip(reason=f"{why}; run with `python -m pytest --full` (docs/testing.md)"))
+
+
+def pytest_collection_finish(session):
+    """Start the subprocesses of the selected tests marked ``background``, and the cache warm-up of a broad run."""
+    if session.config.option.collectonly:
+        return
+    full = tier(session.config) == "full"
+    cpu_tests = sum(getattr(item, "callspec", None) is not None and item.callspec.params.get("backend") == "cpu"
+                    for item in session.items)
+    if cpu_tests >= WARM_UP_FROM:  # warm this checkout's cache: its nbquant first on the path
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        _RUNNING["warm-up"] = Job([sys.executable, str(ROOT / "tests" / "_background.py"), "warm"], ROOT, env).start()
+    for item in session.items:
+        marker = item.get_closest_marker("background")
+        job = marker.kwargs["job"](full) if marker is not None else None
+        if job is not None:
+            _RUNNING[item.nodeid] = job.start()
+
+
+def pytest_sessionfinish(session):
+    while _RUNNING:
+        _RUNNING.popitem()[1].kill()
+
+
+@pytest.fixture
+def background_result(request, full_tier):
+    """What this test's background subprocess did (``background(job=...)`` marker), or None when it had none.
+
+    It was started when collection ended (and is started here if it was not).
+    """
+    running = _RUNNING.pop(request.node.nodeid, None)
+    if running is None:
+        job = request.node.get_closest_marker("background").kwargs["job"](full_tier)
+        if job is None:
+            return None
+        running = job.start()
+    try:
+        return running.result()
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"background job timed out after {running.job.timeout:.0f}s and was killed: {running.job.cmd}")
 
 
 @pytest.fixture(scope="session")

@@ -50,6 +50,8 @@ def test_select_cases():
     assert len(select_cases(None)) == len(CASES)
 
 
+@pytest.mark.full(reason="slow tooling: the ratio benchmark compiles every case's kernels in a new process "
+                        "(1-2 min on a cold cache)")
 def test_ratio_benchmark_prints_table():
     res = _run([sys.executable, "-m", "benchmarks", "--sizes", "2^10", "--repeats", "2"], ROOT)
     assert res.returncode == 0, res.stderr

@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
+from _background import Job
 
 import nbquant
 from nbquant.backends import BackendUnavailableError, is_device_array, use_cuda_stream
@@ -46,22 +46,29 @@ def _env(**extra: str) -> dict[str, str]:
 # --- the simulator run -----------------------------------------------------------------------------
 
 
-@pytest.mark.nosim
-def test_backend_suite_under_the_cuda_simulator(full_tier):
-    """The backend tests pass on cuda under NUMBA_ENABLE_CUDASIM=1: every kernel family (default tier), all (full)."""
+def _simulator_job(full_tier: bool) -> Job | None:
+    """The simulator run: the default tier's modules, or all of ``tests`` (full tier); None without numba-cuda."""
     if CUDA.reason.startswith("numba-cuda is not installed"):
-        pytest.skip(CUDA.reason)
+        return None
     env = _env(NUMBA_ENABLE_CUDASIM="1", NBQUANT_TEST_BACKENDS="cuda", NBQUANT_TEST_TIER="full" if full_tier else "",
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])))
     targets = ["tests"] if full_tier else list(DEFAULT_TIER_MODULES)
     cmd = [sys.executable, "-m", "pytest", *targets, "-q", "--tb=line", "-p", "_cudasim_plugin",
            "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestUnknownMarkWarning"]
-    start = time.perf_counter()
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    tail = "\n".join((res.stdout + res.stderr).strip().splitlines()[-60:])
-    print(f"simulator run of {' '.join(targets)}: {time.perf_counter() - start:.0f}s\n{tail}")
-    assert res.returncode == 0, f"cuda simulator run failed (rc={res.returncode}):\n{tail}"
-    assert " passed" in res.stdout
+    return Job(cmd, ROOT, env, timeout=1800 if full_tier else 900)
+
+
+@pytest.mark.nosim
+@pytest.mark.background(job=_simulator_job)
+def test_backend_suite_under_the_cuda_simulator(full_tier, background_result):
+    """The backend tests pass on cuda under NUMBA_ENABLE_CUDASIM=1: every kernel family (default tier), all (full)."""
+    if background_result is None:
+        pytest.skip(CUDA.reason)
+    targets = "tests" if full_tier else " ".join(DEFAULT_TIER_MODULES)
+    tail = "\n".join(background_result.output.strip().splitlines()[-60:])
+    print(f"simulator run of {targets}: {background_result.seconds:.0f}s\n{tail}")
+    assert background_result.returncode == 0, f"cuda simulator run failed (rc={background_result.returncode}):\n{tail}"
+    assert " passed" in background_result.output
 
 
 @pytest.mark.nosim

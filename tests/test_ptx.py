@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _background import Job
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tools" / "ptx_check.py"
@@ -30,21 +30,27 @@ def _ptx_check():
     return mod
 
 
-@pytest.mark.nosim
-def test_every_kernel_compiles_without_f64_or_spills(full_tier):
-    """Every kernel signature compiles for sm_90 (default tier) or every architecture (full tier)."""
-    arches = list(_ptx_check().ARCHES) if full_tier else [DEFAULT_TIER_ARCH]
+def _arches(full_tier: bool) -> list[int]:
+    return list(_ptx_check().ARCHES) if full_tier else [DEFAULT_TIER_ARCH]
+
+
+def _ptx_job(full_tier: bool) -> Job:
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    cmd = [sys.executable, str(SCRIPT), "--arch", ",".join(map(str, arches))]
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
-    output = (res.stdout + res.stderr).strip()
-    print(output)
-    if res.returncode == MISSING:
+    return Job([sys.executable, str(SCRIPT), "--arch", ",".join(map(str, _arches(full_tier)))], ROOT, env, 1200)
+
+
+@pytest.mark.nosim
+@pytest.mark.background(job=_ptx_job)
+def test_every_kernel_compiles_without_f64_or_spills(full_tier, background_result):
+    """Every kernel signature compiles for sm_90 (default tier) or every architecture (full tier)."""
+    output = background_result.output.strip()
+    print(f"ptx_check ({background_result.seconds:.0f}s):\n{output}")
+    if background_result.returncode == MISSING:
         pytest.skip(output.splitlines()[-1])
-    assert res.returncode == 0, output
+    assert background_result.returncode == 0, output
     assert "failures=0" in output and "spills: none" in output
-    assert f" x {len(arches)} arches)" in output, output.splitlines()[-1]
+    assert f" x {len(_arches(full_tier))} arches)" in output, output.splitlines()[-1]
 
 
 @pytest.mark.nosim
