@@ -128,13 +128,6 @@ class DynamicSpec:
         return QuantizeSpec(self.format, self.layout, self.qmin, self.qmax, self.kernel_scale_op, False, self.packed,
                             True)
 
-    @property
-    def public_scale_op(self) -> str:
-        """The ``scale_op`` to pass to :func:`nbquant.quantize` with the returned scale."""
-        if self.reciprocal:
-            return "reciprocal"
-        return "multiply" if self.scale_op == ScaleOp.MULTIPLY else "divide"
-
     def fused_rows(self) -> tuple[int, int, int, int] | None:
         """``(rows, columns, block, codes per byte)`` when one fused pass can quantize, else None.
 
