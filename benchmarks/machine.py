@@ -67,7 +67,8 @@ def machine_info(commit: str | None = None) -> list[str]:
         f"machine: {cores} usable cores ({os.cpu_count()} online), {_cpu_model()}, {platform.platform()}; "
         f"load average {load} (1/5/15 min, at the end)",
         f"python {platform.python_version()}, numpy {np.__version__}, numba {numba.__version__} "
-        f"(threading layer {layer}, {numba.get_num_threads()} threads), nbquant {nbquant.__version__} "
+        f"(roofline: threading layer {layer}, {numba.get_num_threads()} threads), nbquant {nbquant.__version__} "
+        f"({nbquant.get_num_threads()} threads) "
         f"(git {commit or git_commit()} at the start)",
         f"peers: {', '.join(peers) or 'none installed'}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}"
         + (" (an OpenMP runtime was loaded before benchmarks: it may not apply)" if OPENMP_PRELOADED else ""),

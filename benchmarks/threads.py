@@ -1,4 +1,4 @@
-"""Threads of the ratio benchmark: OpenMP's wait policy, and the ``--threads`` count for numba and torch.
+"""Threads of the ratio benchmark: OpenMP's wait policy, and the ``--threads`` count for nbquant, numba and torch.
 
 Importing this module sets ``OMP_WAIT_POLICY=PASSIVE`` (unless it is already set):
 libgomp reads it when it loads, which numba does at its first parallel call and torch
@@ -26,9 +26,12 @@ _REQUESTED: list[int] = []
 
 
 def use_threads(n: int) -> None:
-    """Run numba's parallel kernels on ``n`` threads now, and torch's once a torch peer imports it."""
+    """Run nbquant's and the roofline's (numba ``parallel=True``) kernels on ``n`` threads; torch's once imported."""
     import numba
 
+    import nbquant
+
+    nbquant.set_num_threads(n)
     numba.set_num_threads(n)
     _REQUESTED[:] = [n]
 

@@ -34,6 +34,7 @@ from .modelopt_ops import (
     tensor_quant,
 )
 from .nf4 import NF4Quantized, quantize_nf4
+from .threads import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
 
@@ -60,6 +61,7 @@ __all__ = [
     "fake_tensor_quant_backward",
     "get_backend",
     "get_format",
+    "get_num_threads",
     "quantize",
     "quantize_dynamic",
     "quantize_mx",
@@ -68,6 +70,7 @@ __all__ = [
     "reduce_amax",
     "scaled_e4m3",
     "set_backend",
+    "set_num_threads",
     "tensor_quant",
     "use_backend",
 ]

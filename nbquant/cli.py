@@ -24,6 +24,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from .threads import get_num_threads
+
 __all__ = ["main", "parse_size", "format_row", "machine_info", "HEADER", "LEGEND"]
 
 #: Column titles and widths of the demo table.
@@ -128,17 +130,14 @@ def _cpu_model() -> str:
 
 
 def machine_info() -> dict[str, Any]:
-    """Facts about this machine and numba's threads, for the demo's last line.
-
-    ``threading_layer`` is numba's layer once a parallel kernel has run in this
-    process (``None`` before that, or when numba was never imported).
+    """Facts about this machine and the cpu backend's threads, for the demo's last line.
 
     Returns
     -------
     dict
         ``cpu``, ``cores`` (``os.cpu_count()``), ``usable_cores`` (the affinity
-        mask), ``platform``, ``python``, ``numpy``, ``numba``, ``numba_threads``,
-        ``threading_layer``, ``omp_wait_policy``.
+        mask), ``platform``, ``python``, ``numpy``, ``numba`` (its version, ``None``
+        when it was never imported), ``threads`` (:func:`nbquant.get_num_threads`).
 
     Examples
     --------
@@ -155,29 +154,17 @@ def machine_info() -> dict[str, Any]:
         "platform": f"{platform.system()} {platform.machine()}",
         "python": platform.python_version(),
         "numpy": np.__version__,
-        "numba": None,
-        "numba_threads": None,
-        "threading_layer": None,
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "numba": getattr(sys.modules.get("numba"), "__version__", None),
+        "threads": get_num_threads(),
     }
-    numba = sys.modules.get("numba")
-    if numba is not None:
-        info["numba"] = numba.__version__
-        info["numba_threads"] = numba.get_num_threads()
-        try:
-            info["threading_layer"] = numba.threading_layer()
-        except ValueError:  # no parallel kernel has run yet
-            pass
     return info
 
 
 def _machine_line(info: dict) -> str:
-    layer = info["threading_layer"] or "not started (no parallel kernel ran)"
-    numba = (f"numba {info['numba']}, {info['numba_threads']} threads, threading layer {layer}"
-             if info["numba"] else "numba not loaded")
+    numba = f"numba {info['numba']}" if info["numba"] else "numba not loaded"
     return (f"machine: {info['cpu']}, {info['cores']} cores ({info['usable_cores']} usable), {info['platform']}; "
             f"Python {info['python']}, numpy {info['numpy']}, {numba}; "
-            f"OMP_WAIT_POLICY={info['omp_wait_policy'] or '(unset)'}")
+            f"cpu backend threads: {info['threads']} (set NBQUANT_NUM_THREADS or nbquant.set_num_threads to change)")
 
 
 def _ordinal(n: int) -> str:
@@ -264,10 +251,6 @@ def _demo(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``nbquant`` command line and return its exit status.
 
-    Sets ``OMP_WAIT_POLICY=PASSIVE`` (unless already set) before numba starts its
-    OpenMP threads: with the default policy idle OpenMP workers spin and stall short
-    parallel calls by milliseconds.
-
     Parameters
     ----------
     argv : sequence of str, optional
@@ -288,7 +271,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     >>> status, out.getvalue().splitlines()[2]  # doctest: +ELLIPSIS
     (0, 'check: the reference backend (NumPy) quantizes all 4 rows with the same scales; ...')
     """
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args = _build_parser().parse_args(argv)
     if args.command == "demo":
         try:

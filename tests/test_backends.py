@@ -224,17 +224,18 @@ def test_cpu_kernel_cache_stamp_includes_the_element_source():
     digest = _kernel_sources_digest()
     assert cpu.KERNELS
     for kernel in cpu.KERNELS:
-        stamp = kernel._cache._cache_file._source_stamp
+        cache = kernel.dispatcher._cache
+        stamp = cache._cache_file._source_stamp
         assert isinstance(stamp, tuple) and stamp[-1] == digest, kernel
         # numba's own stamp of the kernel's file is kept alongside
-        assert stamp == (kernel._cache._impl.locator.get_source_stamp(), digest), kernel
+        assert stamp == (cache._impl.locator.get_source_stamp(), digest), kernel
 
 
 def test_cpu_kernel_cache_misses_when_the_element_source_changes(monkeypatch):
     """The on-disk index written under the current stamp is not loaded under another element.py digest."""
     cpu = importlib.import_module("nbquant.backends.cpu.elementwise")
     nbquant.quantize(np.ones(4, np.float32), 1.0, "int8", backend="cpu")  # compiled (or loaded) and indexed
-    cache_file = cpu.quantize_kernel._cache._cache_file
+    cache_file = cpu.quantize_kernel.dispatcher._cache._cache_file
     assert cache_file._load_index(), "the cpu kernel cache index should exist after a call"
     stamp = cache_file._source_stamp
     monkeypatch.setattr(cache_file, "_source_stamp", (stamp[0], hashlib.sha256(b"edited element.py").digest()))
@@ -242,14 +243,19 @@ def test_cpu_kernel_cache_misses_when_the_element_source_changes(monkeypatch):
 
 
 def test_every_cached_cpu_kernel_is_stamped():
-    """A new cached kernel that is missing from ``KERNELS`` would run stale code after an element.py edit."""
+    """Every kernel of the cpu package is a ``CpuKernel`` in ``KERNELS``, and no other cached dispatcher exists there.
+
+    A cached dispatcher outside ``KERNELS`` would run stale code after an element edit.
+    """
     importlib.import_module("nbquant.backends.cpu")
     registry_ = importlib.import_module("nbquant.backends.cpu._kernel")
     package = importlib.import_module("nbquant.backends.cpu")
     modules = [importlib.import_module(f"{package.__name__}.{m.name}") for m in pkgutil.iter_modules(package.__path__)]
-    cached = [v for module in modules for v in vars(module).values()
-              if isinstance(v, Dispatcher) and hasattr(getattr(v, "_cache", None), "_cache_file")]
-    assert cached and set(cached) == set(registry_.KERNELS)
+    values = [v for module in modules for v in vars(module).values()]
+    kernels = {id(v): v for v in values if isinstance(v, registry_.CpuKernel)}
+    stray = [v for v in values if isinstance(v, Dispatcher) and hasattr(getattr(v, "_cache", None), "_cache_file")]
+    assert kernels and set(kernels) == {id(k) for k in registry_.KERNELS}
+    assert stray == []
 
 
 # --- the Backend interface ---------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-"""The ``cpu`` backend: Numba ``njit(parallel=True, cache=True)`` kernels around the element functions.
+"""The ``cpu`` backend: Numba ``njit(cache=True, nogil=True)`` kernels around the element functions, run on threads.
 
 Kernels are declared with :func:`~nbquant.backends.cpu._kernel.cpu_kernel`, which owns
-their compile options and on-disk cache key; their numerics are :mod:`nbquant.element`
+their compile options, their on-disk cache key and how a call is split over threads
+(:func:`nbquant.set_num_threads`); their numerics are :mod:`nbquant.element`
 calls only. Modules: :mod:`.static` (quantize/dequantize), :mod:`.blocks` (MX, NVFP4,
 NF4, amax), :mod:`.dynamic` (dynamic quantization), :mod:`.modelopt` (fake
 quantization, gradients, histogram).

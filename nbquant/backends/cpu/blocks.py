@@ -9,7 +9,6 @@ block's scale, then encodes and writes the block's codes. Numerics live in
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
 from ...element import (
     E2M1,
@@ -35,7 +34,7 @@ from ...element import (
     unpack_field,
 )
 from .._views import float32_from_bits, kernel_float_view, output_float_like
-from ._kernel import ROW_TILE, cpu_kernel
+from ._kernel import ROW_TILE, cpu_kernel, part_range
 
 
 @element_function
@@ -47,7 +46,7 @@ def _block_range(unit, ntiles, tile, nblocks):
 
 
 @cpu_kernel
-def mx_quantize_kernel(x, block, emax, max_mantissa, round_up, fp, is_int, packed, tile, codes, scales):
+def mx_quantize_kernel(part, parts, x, block, emax, max_mantissa, round_up, fp, is_int, packed, tile, codes, scales):
     """Quantize rows of ``x`` (rows, n) in blocks of ``block``: E8M0 ``scales`` (rows, n / block) and ``codes``.
 
     ``codes`` is (rows, n), or (rows, n / 2) with 4-bit codes packed low nibble first.
@@ -55,7 +54,8 @@ def mx_quantize_kernel(x, block, emax, max_mantissa, round_up, fp, is_int, packe
     rows, n = x.shape
     nblocks = n // block
     ntiles = (nblocks + tile - 1) // tile
-    for unit in prange(rows * ntiles):
+    first, last = part_range(rows * ntiles, part, parts)
+    for unit in range(first, last):
         r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
         for b in range(b0, b1):
             xs = x[r, b * block:(b + 1) * block]
@@ -79,12 +79,13 @@ def mx_quantize_kernel(x, block, emax, max_mantissa, round_up, fp, is_int, packe
 
 
 @cpu_kernel
-def mx_dequantize_kernel(codes, scales, block, fp, is_int, packed, tile, like, out):
+def mx_dequantize_kernel(part, parts, codes, scales, block, fp, is_int, packed, tile, like, out):
     """Dequantize MX ``codes`` with E8M0 ``scales`` into ``out`` (rows, n): ``element * 2**(scale - 127)``."""
     rows, n = out.shape
     nblocks = n // block
     ntiles = (nblocks + tile - 1) // tile
-    for unit in prange(rows * ntiles):
+    first, last = part_range(rows * ntiles, part, parts)
+    for unit in range(first, last):
         r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
         for b in range(b0, b1):
             s = decode_e8m0(scales[r, b])
@@ -105,7 +106,7 @@ def mx_dequantize_kernel(codes, scales, block, fp, is_int, packed, tile, like, o
 
 
 @cpu_kernel
-def nvfp4_quantize_kernel(x, block, global_scale, six_global, tile, codes, scales):
+def nvfp4_quantize_kernel(part, parts, x, block, global_scale, six_global, tile, codes, scales):
     """NVFP4: e2m1 codes packed two per byte ``codes`` (rows, n / 2), e4m3 block ``scales`` (rows, n / block).
 
     Elements are ``e2m1(x / (e4m3_scale * global_scale))``, saturating at 6.
@@ -113,7 +114,8 @@ def nvfp4_quantize_kernel(x, block, global_scale, six_global, tile, codes, scale
     rows, n = x.shape
     nblocks = n // block
     ntiles = (nblocks + tile - 1) // tile
-    for unit in prange(rows * ntiles):
+    first, last = part_range(rows * ntiles, part, parts)
+    for unit in range(first, last):
         r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
         for b in range(b0, b1):
             xs = x[r, b * block:(b + 1) * block]
@@ -128,12 +130,13 @@ def nvfp4_quantize_kernel(x, block, global_scale, six_global, tile, codes, scale
 
 
 @cpu_kernel
-def nvfp4_dequantize_kernel(codes, scales, block, global_scale, tile, like, out):
+def nvfp4_dequantize_kernel(part, parts, codes, scales, block, global_scale, tile, like, out):
     """NVFP4 dequantize: ``e2m1 * (e4m3_scale * global_scale)`` into ``out`` (rows, n)."""
     rows, n = out.shape
     nblocks = n // block
     ntiles = (nblocks + tile - 1) // tile
-    for unit in prange(rows * ntiles):
+    first, last = part_range(rows * ntiles, part, parts)
+    for unit in range(first, last):
         r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
         for b in range(b0, b1):
             s = decode_fp(scales[r, b], E4M3) * global_scale
@@ -145,26 +148,26 @@ def nvfp4_dequantize_kernel(codes, scales, block, global_scale, tile, like, out)
 
 
 @cpu_kernel
-def amax_bits_kernel(x, tile):
-    """Bits of ``max |x|`` over a 2-D array (NaN bits win over every number)."""
+def amax_bits_kernel(part, parts, x, tile, partial):
+    """Bits of ``max |x|`` of each (row, tile) of a 2-D array into ``partial`` (NaN bits win over every number)."""
     rows, n = x.shape
     ntiles = (n + tile - 1) // tile
-    partial = np.zeros(rows * ntiles, np.int64)
-    for unit in prange(rows * ntiles):
+    first, last = part_range(rows * ntiles, part, parts)
+    for unit in range(first, last):
         r = unit // ntiles
         c = (unit - r * ntiles) * tile
         partial[unit] = absmax_bits(x[r, c:min(c + tile, n)])
-    return partial.max()
 
 
 @cpu_kernel
-def nf4_quantize_kernel(x, block, tile, codes, scales):
+def nf4_quantize_kernel(part, parts, x, block, tile, codes, scales):
     """NF4: per-block ``amax`` into ``scales`` (rows, n / block) and table indices of ``x / amax`` packed two per
     byte into ``codes`` (rows, n / 2), the first element in the HIGH nibble (modelopt's layout)."""
     rows, n = x.shape
     nblocks = n // block
     ntiles = (nblocks + tile - 1) // tile
-    for unit in prange(rows * ntiles):
+    first, last = part_range(rows * ntiles, part, parts)
+    for unit in range(first, last):
         r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
         for b in range(b0, b1):
             xs = x[r, b * block:(b + 1) * block]
@@ -176,12 +179,13 @@ def nf4_quantize_kernel(x, block, tile, codes, scales):
 
 
 @cpu_kernel
-def nf4_dequantize_kernel(codes, scales, block, tile, like, out):
+def nf4_dequantize_kernel(part, parts, codes, scales, block, tile, like, out):
     """NF4 dequantize: ``table[code] * scale`` per block into ``out`` (rows, n)."""
     rows, n = out.shape
     nblocks = n // block
     ntiles = (nblocks + tile - 1) // tile
-    for unit in prange(rows * ntiles):
+    first, last = part_range(rows * ntiles, part, parts)
+    for unit in range(first, last):
         r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
         for b in range(b0, b1):
             s = np.float32(scales[r, b])
@@ -233,4 +237,6 @@ class BlockOps:
         if x.size == 0:
             return np.float32(0)
         x2 = kernel_float_view(x).reshape(-1, x.shape[-1] if x.ndim else 1)
-        return float32_from_bits(amax_bits_kernel(x2, ROW_TILE))
+        partial = np.empty(x2.shape[0] * -(-x2.shape[1] // ROW_TILE), np.int64)
+        amax_bits_kernel(x2, ROW_TILE, partial)
+        return float32_from_bits(partial.max())

@@ -16,9 +16,7 @@ All numerics live in :mod:`nbquant.element`.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
-from numba import prange
 
 from ...element import (
     abs_bits,
@@ -31,8 +29,9 @@ from ...element import (
 )
 from ...layout import canonical_dims
 from ...modes import Mapping
+from ...threads import get_num_threads
 from .._views import kernel_float_view
-from ._kernel import ROW_TILE, cpu_kernel, row_tile
+from ._kernel import ROW_TILE, cpu_kernel, part_range, row_tile
 from .elementwise import quantize_block
 
 #: Elements of a row the fused kernel reduces, then quantizes, while they are in L1 (whole blocks).
@@ -66,8 +65,8 @@ def _chunk_qparams(mapping, lo, hi, use_minmax, qmin, qmax, half_range, eps, zp_
 
 
 @cpu_kernel
-def dynamic_rows_kernel(x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound, reciprocal, scale_op,
-                        mask, nbits, packed, bc, chunk_blocks, units, out, scale, zp):
+def dynamic_rows_kernel(part, parts, x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound, reciprocal,
+                        scale_op, mask, nbits, packed, bc, chunk_blocks, units, out, scale, zp):
     """Fused dynamic quantize of ``x`` (rows, C) in blocks of ``bc`` along C.
 
     Writes ``scale`` and ``zp`` (rows, ceil(C / bc)) and the codes ``out`` (rows, C),
@@ -88,7 +87,8 @@ def dynamic_rows_kernel(x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_
     kshift = 1 if nbits == 4 else 2  # packed: 8 // nbits codes per byte
     qlo = np.float32(qmin)
     qhi = np.float32(qmax)
-    for u in prange(units):
+    first, last = part_range(units, part, parts)
+    for u in range(first, last):
         lo = np.empty(chunk_blocks, np.int64)
         hi = np.empty(chunk_blocks, np.int64)
         ms = np.empty(chunk_blocks, np.float32)
@@ -141,7 +141,7 @@ def dynamic_rows_kernel(x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_
 
 
 @cpu_kernel
-def block_reduce_kernel(x, use_minmax, bp, br, bc, chunk, lo, hi):
+def block_reduce_kernel(part, parts, x, use_minmax, bp, br, bc, chunk, lo, hi):
     """Reduce ``x`` (P, R, C) over blocks (bp, br, bc) into key grids ``lo``/``hi`` (GP, GR, GC).
 
     ``use_minmax``: min/max :func:`order_key` keys; else the absmax bits into ``hi``.
@@ -150,7 +150,8 @@ def block_reduce_kernel(x, use_minmax, bp, br, bc, chunk, lo, hi):
     P, R, C = x.shape
     GP, GR, GC = hi.shape
     nchunks = (C + chunk - 1) // chunk
-    for unit in prange(GP * GR * nchunks):
+    first, last = part_range(GP * GR * nchunks, part, parts)
+    for unit in range(first, last):
         g2 = unit // nchunks
         c0 = (unit - g2 * nchunks) * chunk
         c1 = min(c0 + chunk, C)
@@ -187,11 +188,12 @@ def block_reduce_kernel(x, use_minmax, bp, br, bc, chunk, lo, hi):
 
 
 @cpu_kernel
-def flat_reduce_kernel(x, use_minmax, tile, lo, hi):
+def flat_reduce_kernel(part, parts, x, use_minmax, tile, lo, hi):
     """Per-tensor reduction of ``x`` (rows, n): partial keys per (row, tile) into ``lo``/``hi``."""
     rows, n = x.shape
     ntiles = (n + tile - 1) // tile
-    for unit in prange(rows * ntiles):
+    first, last = part_range(rows * ntiles, part, parts)
+    for unit in range(first, last):
         r = unit // ntiles
         c = (unit - r * ntiles) * tile
         xs = x[r, c:min(c + tile, n)]
@@ -202,9 +204,10 @@ def flat_reduce_kernel(x, use_minmax, tile, lo, hi):
 
 
 @cpu_kernel
-def qparams_kernel(lo, hi, use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound, scale, zp):
+def qparams_kernel(part, parts, lo, hi, use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound, scale, zp):
     """``scale``/``zp`` (flat) from reduced keys ``lo``/``hi`` (flat)."""
-    for i in prange(hi.size):
+    first, last = part_range(hi.size, part, parts)
+    for i in range(first, last):
         s, z = block_qparams(lo[i], hi[i], use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound)
         scale[i] = s
         zp[i] = np.int32(z)
@@ -255,7 +258,7 @@ class DynamicOps:
         z2 = zp.reshape(rows, -1)
         chunk_blocks = max(1, _CHUNK // bc)
         items = rows * -(-s2.shape[1] // chunk_blocks)
-        units = max(1, min(items, UNITS_PER_THREAD * numba.get_num_threads()))
+        units = max(1, min(items, UNITS_PER_THREAD * get_num_threads()))
         dynamic_rows_kernel(x2, *spec.qparams_arguments(), spec.reciprocal, int(spec.kernel_scale_op), fmt.mask,
                             fmt.bits, spec.packed, bc, chunk_blocks, units, o2, s2, z2)
         return True

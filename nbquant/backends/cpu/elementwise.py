@@ -10,7 +10,6 @@ element. All numerics live in :mod:`nbquant.element`.
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
 from ...element import (
     affine_fake_value,
@@ -33,21 +32,22 @@ from ...element import (
     unpack_field,
 )
 from ...modes import ScaleOp
-from ._kernel import cpu_kernel, work_unit
+from ._kernel import cpu_kernel, part_range, work_unit
 
 # Inner loops index slices from 0: a loop index that starts elsewhere keeps Numba's
 # negative-index wraparound check alive and stops vectorization (5x slower).
 
 
 @cpu_kernel
-def quantize_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, mask, bp, br, bc, tile, out):
+def quantize_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, mask, bp, br, bc, tile, out):
     """Quantize ``x`` (P, R, C) into unsigned code storage ``out`` (P, R, C).
 
     ``bc == 1`` needs ``zp`` of the scale's shape (zeros when absent).
     """
     P, R, C = x.shape
     ntiles = (C + tile - 1) // tile
-    for unit in prange(P * R * ntiles):
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
         p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         if bc == 1:
             quantize_columns(x[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], out[p, r, c:end], scale_op,
@@ -105,7 +105,8 @@ PACK_CHUNK = 4096
 
 
 @cpu_kernel
-def quantize_packed_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, nbits, bp, br, bc, tile, out):
+def quantize_packed_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, nbits, bp, br, bc, tile,
+                           out):
     """Quantize ``x`` (P, R, C) into packed bytes ``out`` (P, R, C / k), first code in the low bits.
 
     A work unit quantizes its tile in chunks of :data:`PACK_CHUNK` codes into a byte
@@ -117,7 +118,8 @@ def quantize_packed_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax
     kshift = 1 if nbits == 4 else 2  # byte index = code index >> kshift (tiles and chunks hold whole bytes)
     mask = (1 << nbits) - 1
     ntiles = (C + tile - 1) // tile
-    for unit in prange(P * R * ntiles):
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
         p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         codes = np.empty(PACK_CHUNK, np.uint8)
         words16 = codes.view(np.uint16)
@@ -143,14 +145,15 @@ def quantize_packed_kernel(x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax
 
 
 @cpu_kernel
-def dequantize_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
+def dequantize_kernel(part, parts, q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
     """Dequantize unsigned code storage ``q`` (P, R, C) into ``out`` (float storage like ``like``).
 
     ``bc == 1`` needs ``zp`` of the scale's shape (zeros when absent).
     """
     P, R, C = q.shape
     ntiles = (C + tile - 1) // tile
-    for unit in prange(P * R * ntiles):
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
         p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         if bc == 1:
             qs, ss, zs, os = q[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], out[p, r, c:end]
@@ -186,14 +189,15 @@ def _dequantize_bytes(qs, os, s, z, nbits, signed, like):
 
 
 @cpu_kernel
-def dequantize_packed_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
+def dequantize_packed_kernel(part, parts, q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
     """Dequantize packed bytes ``q`` (P, R, C / k) into ``out`` (P, R, C); blocks as in the packed quantize."""
     P, R, C = out.shape
     k = 8 // nbits
     kshift = 1 if k == 2 else 2  # byte index = code index >> kshift (a per-block division costs ~2 cycles/code)
     aligned = bc % k == 0 or bc >= C
     ntiles = (C + tile - 1) // tile
-    for unit in prange(P * R * ntiles):
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
         p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         g = c // bc
         if aligned:
@@ -220,11 +224,12 @@ def dequantize_packed_kernel(q, scale, zp, has_zp, nbits, signed, bp, br, bc, ti
 
 
 @cpu_kernel
-def quantize_float_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, tile, out):
+def quantize_float_kernel(part, parts, x, scale, scale_op, fp, saturate, bp, br, bc, tile, out):
     """Encode ``x / scale`` (P, R, C) as floating-point codes ``out`` (P, R, C), one per byte."""
     P, R, C = x.shape
     ntiles = (C + tile - 1) // tile
-    for unit in prange(P * R * ntiles):
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
         p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         g = c // bc
         while c < end:
@@ -246,7 +251,7 @@ def _next_scale_block(g, left, bc):
 
 
 @cpu_kernel
-def quantize_float_packed_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, tile, out):
+def quantize_float_packed_kernel(part, parts, x, scale, scale_op, fp, saturate, bp, br, bc, tile, out):
     """Encode ``x / scale`` (P, R, C) as packed 4-bit (2 per byte) or 6-bit (4 in 3 bytes) floating-point codes.
 
     Codes fill a little-endian bit stream, the first element in the lowest bits.
@@ -256,7 +261,8 @@ def quantize_float_packed_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, t
     k = 4 if six else 2
     m = 3 if six else 1
     ntiles = (C + tile - 1) // tile
-    for unit in prange(P * R * ntiles):
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
         p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         g = c // bc
         left = (g + 1) * bc - c
@@ -279,11 +285,12 @@ def quantize_float_packed_kernel(x, scale, scale_op, fp, saturate, bp, br, bc, t
 
 
 @cpu_kernel
-def dequantize_float_kernel(q, scale, fp, bp, br, bc, tile, like, out):
+def dequantize_float_kernel(part, parts, q, scale, fp, bp, br, bc, tile, like, out):
     """Decode floating-point codes ``q`` (P, R, C) times their scale into ``out``."""
     P, R, C = q.shape
     ntiles = (C + tile - 1) // tile
-    for unit in prange(P * R * ntiles):
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
         p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         g = c // bc
         while c < end:
@@ -297,14 +304,15 @@ def dequantize_float_kernel(q, scale, fp, bp, br, bc, tile, like, out):
 
 
 @cpu_kernel
-def dequantize_float_packed_kernel(q, scale, fp, bp, br, bc, tile, like, out):
+def dequantize_float_packed_kernel(part, parts, q, scale, fp, bp, br, bc, tile, like, out):
     """Decode packed 4-bit or 6-bit floating-point codes ``q`` (see the packed quantize) into ``out`` (P, R, C)."""
     P, R, C = out.shape
     six = fp[0] + fp[1] == 5
     k = 4 if six else 2
     m = 3 if six else 1
     ntiles = (C + tile - 1) // tile
-    for unit in prange(P * R * ntiles):
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
         p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         g = c // bc
         left = (g + 1) * bc - c
@@ -321,7 +329,8 @@ def dequantize_float_packed_kernel(q, scale, fp, bp, br, bc, tile, like, out):
 
 
 @cpu_kernel
-def fake_amax_kernel(x, amax, is_float, maxbound, qmin, qmax, fp, bp, br, bc, tile, like, out, store_codes, codes):
+def fake_amax_kernel(part, parts, x, amax, is_float, maxbound, qmin, qmax, fp, bp, br, bc, tile, like, out, store_codes,
+                     codes):
     """modelopt fake quant of ``x`` (P, R, C) with a block-grid ``amax`` (GP, GR, GC) into ``out``.
 
     Integer path: ``clamp(rne(x * S)) / S`` (:func:`~nbquant.element.amax_scales`); with
@@ -331,7 +340,8 @@ def fake_amax_kernel(x, amax, is_float, maxbound, qmin, qmax, fp, bp, br, bc, ti
     """
     P, R, C = x.shape
     ntiles = (C + tile - 1) // tile
-    for unit in prange(P * R * ntiles):
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
         p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         g = c // bc
         while c < end:
@@ -358,13 +368,14 @@ def fake_amax_kernel(x, amax, is_float, maxbound, qmin, qmax, fp, bp, br, bc, ti
 
 
 @cpu_kernel
-def fake_affine_kernel(x, step, qz, minb, maxb, tile, like, out):
+def fake_affine_kernel(part, parts, x, step, qz, minb, maxb, tile, like, out):
     """Legacy FakeAffine: ``(clamp(rne(x / step) - qz, minb, maxb) + qz) * step`` over ``x`` (rows, n)."""
     rows, n = x.shape
     ntiles = (n + tile - 1) // tile
     lo = np.float32(minb)
     hi = np.float32(maxb)
-    for unit in prange(rows * ntiles):
+    first, last = part_range(rows * ntiles, part, parts)
+    for unit in range(first, last):
         r = unit // ntiles
         c = (unit - r * ntiles) * tile
         xs, os = x[r, c:min(c + tile, n)], out[r, c:min(c + tile, n)]
@@ -373,11 +384,12 @@ def fake_affine_kernel(x, step, qz, minb, maxb, tile, like, out):
 
 
 @cpu_kernel
-def ste_kernel(grad, x, lo, hi, bp, br, bc, tile, like, out):
+def ste_kernel(part, parts, grad, x, lo, hi, bp, br, bc, tile, like, out):
     """``out = grad where lo <= x <= hi else 0`` over (P, R, C) with block-grid bounds ``lo``/``hi``."""
     P, R, C = x.shape
     ntiles = (C + tile - 1) // tile
-    for unit in prange(P * R * ntiles):
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
         p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         g = c // bc
         while c < end:

@@ -7,16 +7,15 @@ straight-through gradient run the kernels of :mod:`.elementwise`;
 
 from __future__ import annotations
 
-import numba
 import numpy as np
-from numba import prange
 
 from ...element import (
     histogram_bin,
 )
 from ...layout import canonical_views
+from ...threads import get_num_threads
 from .._views import kernel_float_view, output_float_like
-from ._kernel import cpu_kernel, row_tile
+from ._kernel import cpu_kernel, part_range, row_tile
 from .dynamic import UNITS_PER_THREAD
 from .elementwise import fake_affine_kernel, fake_amax_kernel, ste_kernel
 
@@ -27,7 +26,7 @@ HIST_LANES = 4
 
 
 @cpu_kernel
-def histogram_kernel(x, nbins, top, counts):
+def histogram_kernel(part, parts, x, nbins, top, counts):
     """Histogram of ``|x|`` (flat) over ``[0, top]`` in ``nbins`` bins (:func:`histogram_bin`).
 
     ``counts`` is (units * HIST_LANES, nbins + 1), zeroed: unit ``u`` counts its
@@ -41,7 +40,8 @@ def histogram_kernel(x, nbins, top, counts):
     units = counts.shape[0] // HIST_LANES
     fn = np.float32(nbins)
     t = np.float32(top)
-    for u in prange(units):
+    first, last = part_range(units, part, parts)
+    for u in range(first, last):
         c0, c1, c2, c3 = (counts[HIST_LANES * u], counts[HIST_LANES * u + 1], counts[HIST_LANES * u + 2],
                           counts[HIST_LANES * u + 3])
         bins = np.empty(_HIST_CHUNK, np.int32)
@@ -95,7 +95,7 @@ class ModeloptOps:
     def abs_histogram(self, x, nbins: int, top) -> np.ndarray:
         """int64 counts of ``|x|`` in ``nbins`` bins over ``[0, top]``."""
         flat = kernel_float_view(x).reshape(-1)
-        units = max(1, min(UNITS_PER_THREAD * numba.get_num_threads(), -(-flat.size // _HIST_CHUNK)))
+        units = max(1, min(UNITS_PER_THREAD * get_num_threads(), -(-flat.size // _HIST_CHUNK)))
         counts = np.zeros((units * HIST_LANES, nbins + 1), np.int64)
         histogram_kernel(flat, nbins, np.float32(top), counts)
         return counts[:, :nbins].sum(axis=0)
