@@ -70,13 +70,14 @@ def nvfp4_block_scale(amax, six_global):
     return encode_fp(s, E4M3, True)
 
 
-#: modelopt's NF4 table, as stored there: the 4-decimal values rounded to bfloat16.
-NF4_VALUES = (
-    np.float32(-1.0), np.float32(-0.6953125), np.float32(-0.5234375), np.float32(-0.39453125),
-    np.float32(-0.28515625), np.float32(-0.1845703125), np.float32(-0.09130859375), np.float32(0.0),
-    np.float32(0.07958984375), np.float32(0.1611328125), np.float32(0.24609375), np.float32(0.337890625),
-    np.float32(0.44140625), np.float32(0.5625), np.float32(0.72265625), np.float32(1.0),
-)
+#: modelopt's NF4 table, as stored there: the 4-decimal values rounded to bfloat16. A global
+#: array (a constant to Numba, read-only here): the search loop over it unrolls and vectorizes,
+#: where indexing a tuple of 16 floats by a loop index compiles to a switch (10x slower).
+NF4_VALUES = np.array([
+    -1.0, -0.6953125, -0.5234375, -0.39453125, -0.28515625, -0.1845703125, -0.09130859375, 0.0,
+    0.07958984375, 0.1611328125, 0.24609375, 0.337890625, 0.44140625, 0.5625, 0.72265625, 1.0,
+], np.float32)
+NF4_VALUES.flags.writeable = False
 
 
 @element_function
