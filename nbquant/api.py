@@ -45,16 +45,18 @@ def _check_packed(packed, fmt: QuantFormat, last_dim: int) -> bool:
     return bool(packed)
 
 
-def _result(out, shape: tuple[int, ...], dtype: np.dtype, device: bool, source):
-    """The array a call writes: ``out`` checked against ``shape`` / ``dtype`` / ``source``, or a new one.
+def _result(out, shape: tuple[int, ...], dtype: np.dtype, device: bool, source, inputs: dict):
+    """The array a call writes: ``out`` checked against ``shape`` / ``dtype`` / ``inputs``, or a new one.
 
-    Device calls get a numba device array (a new one, or ``out`` checked as one).
+    ``inputs`` maps argument names to the values the caller passed; ``source`` is the
+    checked data array. Device calls get a numba device array (a new one, or ``out``
+    checked as one).
     """
     if device:
         return device_result(out, shape, dtype, inputs=(source,))
     if out is None:
         return np.empty(shape, dtype)
-    return check_out(out, shape, dtype, inputs=(source,))
+    return check_out(out, shape, dtype, inputs)
 
 
 def quantize(
@@ -143,6 +145,7 @@ def quantize(
     array([[226]], dtype=uint8)
     """
     fmt = get_format(dtype)
+    passed = {"x": x, "scale": scale, "zero_point": zero_point}
     device = is_device_array(x) or is_device_array(out)  # CUDA arrays stay on the device (cuda backend)
     x = device_float_input(x) if device else check_float_input(x)
     layout = resolve_layout(x.shape, axis, block_size)
@@ -160,7 +163,7 @@ def quantize(
     packed = _check_packed(packed, fmt, layout.shape[-1])
     shape = x.shape[:-1] + (fmt.packed_length(x.shape[-1]),) if packed else x.shape
     out_dtype = np.dtype(np.uint8) if packed else fmt.dtype
-    result = _result(out, shape, out_dtype, device, x)
+    result = _result(out, shape, out_dtype, device, x, passed)
     spec = QuantizeSpec(fmt, layout, qmin, qmax, modes.ScaleOp.DIVIDE if op == "divide" else modes.ScaleOp.MULTIPLY,
                         order == "before_rounding", packed, bool(saturate))
     impl = resolve_backend(backend, (x, result))
@@ -241,6 +244,7 @@ def dequantize(
     >>> nbquant.dequantize(np.array([[226]], np.uint8), 0.5, dtype="int4")
     array([[ 1., -1.]], dtype=float32)
     """
+    passed = {"q": q, "scale": scale, "zero_point": zero_point}
     device = is_device_array(q) or is_device_array(out)  # CUDA arrays stay on the device (cuda backend)
     q = device_code_input(q)
     fmt, packed = _code_format(q, dtype)
@@ -251,7 +255,7 @@ def dequantize(
     if fmt.is_float:
         check_float_format_arguments(fmt, zero_point=zero_point)
     zp = check_zero_point(zero_point, layout, fmt, integral=False)
-    result = _result(out, shape, out_dt, device, q)
+    result = _result(out, shape, out_dt, device, q, passed)
     spec = DequantizeSpec(fmt, layout, packed, out_dt)
     impl = resolve_backend(backend, (q, result))
     if result.size:

@@ -116,8 +116,30 @@ def check_quant_range(fmt: QuantFormat, quant_min, quant_max) -> tuple[int, int]
     return lo, hi
 
 
-def check_out(out, shape: tuple[int, ...], dtype: np.dtype, inputs=()) -> np.ndarray:
-    """Check a user ``out=`` array: exact shape and dtype, C-contiguous, writeable, not overlapping inputs."""
+def _overlaps(out: np.ndarray, value) -> bool:
+    """Whether ``out`` shares a byte with ``value`` (an array, or an object NumPy views without a copy).
+
+    Bounds first (``may_share_memory``), then the exact test; an overlap too hard to
+    decide exactly counts as one.
+    """
+    if not isinstance(value, np.ndarray):
+        if not (hasattr(value, "__array_interface__") or hasattr(value, "__array__")):
+            return False  # Python scalars, lists: NumPy copies them, nothing to overlap
+        value = np.asarray(value)
+    if not np.may_share_memory(out, value):
+        return False
+    try:
+        return bool(np.shares_memory(out, value, max_work=1 << 20))
+    except np.exceptions.TooHardError:
+        return True
+
+
+def check_out(out, shape: tuple[int, ...], dtype: np.dtype, inputs: dict | None = None) -> np.ndarray:
+    """Check a user ``out=`` array: exact shape and dtype, C-contiguous, writeable, not overlapping inputs.
+
+    ``inputs`` maps argument names to the values the user passed (before any copy or
+    conversion), so a view into a scale's bytes or a non-contiguous input is caught too.
+    """
     if not isinstance(out, np.ndarray):
         raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
     if out.shape != shape or out.dtype != dtype:
@@ -125,10 +147,10 @@ def check_out(out, shape: tuple[int, ...], dtype: np.dtype, inputs=()) -> np.nda
                          f"and dtype {np.dtype(dtype)}")
     if not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError("out must be a writeable C-contiguous array; allocate it with numpy.empty(shape, dtype)")
-    for a in inputs:
-        if np.may_share_memory(out, a):
-            raise ValueError("out shares memory with an input; nbquant never modifies its inputs, "
-                             "so pass a separate array")
+    for name, value in (inputs or {}).items():
+        if value is not None and _overlaps(out, value):
+            raise ValueError(f"out shares memory with {name}; nbquant never modifies its inputs, so pass a separate "
+                             f"array, e.g. out=numpy.empty({shape}, {np.dtype(dtype).name!r})")
     return out
 
 

@@ -277,17 +277,47 @@ def test_out_must_be_c_contiguous_and_writeable():
 
 def test_out_must_not_overlap_an_input():
     x = np.arange(8, dtype=np.float32)
-    with pytest.raises(ValueError, match=r"^out shares memory with an input"):
+    with pytest.raises(ValueError, match=r"^out shares memory with x; nbquant never modifies its inputs"):
         q(x=x, out=x.view(np.int8)[:8])
     buf = np.zeros(4, np.float32)
     codes = buf.view(np.int8)[4:8]
-    with pytest.raises(ValueError, match=r"^out shares memory with an input"):
+    with pytest.raises(ValueError, match=r"^out shares memory with q; nbquant never modifies its inputs"):
         dq(codes, out=buf)
 
 
-def test_out_must_be_an_ndarray():
-    with pytest.raises(TypeError, match=r"^out must be a numpy.ndarray, got list"):
-        q(out=[0] * 24)
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+def test_out_must_not_overlap_a_scale_a_zero_point_or_a_strided_input(backend):
+    """Every argument the user passed is checked, as passed: not the contiguous copy nbquant makes of it."""
+    x = np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6)
+    scale = np.full((4, 8), 0.25, np.float32)  # 128 bytes; out (24 int8) can sit inside it
+    with pytest.raises(ValueError, match=r"^out shares memory with scale; .*out=numpy.empty\(\(4, 6\), 'int8'\)"):
+        nbquant.quantize(x, scale[:, :1], "int8", axis=0, out=scale.view(np.int8).reshape(-1)[:24].reshape(4, 6),
+                         backend=backend)
+    assert (scale == 0.25).all()
+    zp = np.zeros((4, 8), np.float32)
+    with pytest.raises(ValueError, match=r"^out shares memory with zero_point"):
+        nbquant.quantize(x, np.full((4, 1), 0.25, np.float32), "uint8", zero_point=zp[:, :1], axis=0,
+                         out=zp.view(np.uint8).reshape(-1)[:24].reshape(4, 6), backend=backend)
+    wide = np.zeros((4, 12), np.float32)
+    strided = wide[:, ::2]  # not contiguous: nbquant quantizes a copy, but out may still alias the original
+    strided[...] = x
+    with pytest.raises(ValueError, match=r"^out shares memory with x"):
+        nbquant.quantize(strided, 0.25, "int8", out=wide.view(np.int8).reshape(-1)[:24].reshape(4, 6), backend=backend)
+    buf = np.zeros(200, np.int8)
+    codes = buf[:48:2].reshape(4, 6)  # strided codes in bytes 0, 2, ..., 46
+    with pytest.raises(ValueError, match=r"^out shares memory with q"):
+        nbquant.dequantize(codes, 0.5, out=buf[:96].view(np.float32).reshape(4, 6), backend=backend)
+
+
+def test_out_inside_an_inputs_bounds_without_sharing_a_byte_is_accepted():
+    """``numpy.shares_memory`` semantics: codes at bytes 0 and 100, out in bytes 40-47 of the same buffer."""
+    buf = np.zeros(200, np.int8)
+    codes = buf[::100]
+    codes[...] = [3, -4]
+    out = buf[40:48].view(np.float32)
+    assert np.may_share_memory(out, codes) and not np.shares_memory(out, codes)
+    got = nbquant.dequantize(codes, 0.5, out=out, backend="reference")
+    assert got is out and got.tolist() == [1.5, -2.0] and codes.tolist() == [3, -4]
 
 
 # --- input dtypes ----------------------------------------------------------------------------------
