@@ -311,6 +311,10 @@ def dequantize_mx(
 def _global_scale(impl, x: np.ndarray, global_scale) -> np.float32:
     if global_scale is None:
         amax = np.float32(impl.amax(x))
+        if not np.isfinite(amax):
+            raise ValueError(f"x holds {'NaN' if np.isnan(amax) else 'inf'}: the global scale amax / (6 * 448) would "
+                             "make every value NaN. Pass finite data, or an explicit global_scale (then a block with "
+                             "inf saturates and a block with NaN decodes to NaN)")
         return np.float32(1.0) if amax == 0 else np.float32(amax / _NVFP4_GLOBAL_DIVISOR)
     g = np.asarray(global_scale, dtype=np.float32)
     if g.size != 1 or not np.isfinite(g).all() or not (g > 0).all():
@@ -346,6 +350,13 @@ def quantize_nvfp4(
     BlockQuantized
         ``data``: uint8 holding two e2m1 codes per byte along ``axis``; ``scales``:
         float8_e4m3fn, one per block; ``global_scale``: the float32 per-tensor scale.
+
+    Raises
+    ------
+    ValueError
+        If ``global_scale`` is None and ``x`` holds NaN or inf. With an explicit
+        ``global_scale``, a block holding inf saturates (its scale to 448, the inf to
+        ±6) and a block holding NaN gets the NaN scale code, so it decodes to NaN.
 
     Examples
     --------

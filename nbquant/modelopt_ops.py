@@ -189,7 +189,9 @@ def _reduce_amax(x, layout: BlockLayout, backend) -> np.ndarray:
     if x.size == 0:
         return np.zeros(layout.grid, np.float32)
     _, hi = resolve_backend(backend, (x,)).reduce_keys(x, DynamicSpec.reduction(layout))
-    return np.asarray(hi, np.int64).astype(np.uint32).view(np.float32).reshape(layout.grid)
+    amax = np.asarray(hi, np.int64).astype(np.uint32).view(np.float32).reshape(layout.grid)
+    amax[np.isnan(amax)] = np.nan  # the canonical NaN, not the payload of whichever NaN the reduction kept
+    return amax
 
 
 def _fake(x, amax, num_bits, unsigned, narrow_range, axis, block_size, backend, codes: bool):

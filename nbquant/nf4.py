@@ -95,6 +95,16 @@ def _double_quantize(scales: np.ndarray, scale_block_size: int, scale_bits: int)
     return np.where(np.isnan(q), 0, q).astype(np.int8).reshape(-1), double, mean
 
 
+def _check_finite_blocks(amax: np.ndarray, block_size: int) -> None:
+    """Refuse NaN or inf data, found from the block amax (no extra pass): NF4 scales are ``max |x|``."""
+    bad = ~np.isfinite(amax)
+    if bad.any():
+        block = int(np.argmax(bad))
+        raise ValueError(f"x holds NaN or inf (in elements {block * block_size} to {(block + 1) * block_size - 1} "
+                         f"of the flattened input); NF4 quantizes finite data only: a NaN or inf block scale would "
+                         f"decode the whole block (and, with double quantization, every scale) to NaN")
+
+
 def quantize_nf4(
     x: npt.ArrayLike,
     *,
@@ -132,6 +142,11 @@ def quantize_nf4(
         block scales; with ``scale_block_size``, int8 scales with their float32
         ``double_scales`` and ``scale_mean``.
 
+    Raises
+    ------
+    ValueError
+        If ``x`` holds NaN or inf (found from the block scales, after the kernel).
+
     Examples
     --------
     >>> import numpy as np, nbquant
@@ -158,6 +173,7 @@ def quantize_nf4(
     scales = empty_result((1, n // b), np.float32, device)
     if n:
         impl.nf4_quantize(x.reshape((1, n)), spec, codes, scales)
+        _check_finite_blocks(host_array(scales).reshape(-1), b)
     if scale_block_size is None:
         return NF4Quantized(codes.reshape(n // 2), scales.reshape(n // b), tuple(x.shape), b)
     # Double quantization works on the scales (1/block_size of the data) on the host.

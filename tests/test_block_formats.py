@@ -124,7 +124,8 @@ def test_nvfp4_hand_example(backend):
 def test_nvfp4_matches_reference(backend, global_scale):
     x = _sample((4, 3, 48), seed=9)
     x[0, 0, :16] = 0
-    x[1, 1, 3] = np.nan
+    if global_scale is not None:  # without one, NaN is refused (tests/test_cuda_kernel_families.py)
+        x[1, 1, 3] = np.nan
     for xx in (x, x.astype(ml_dtypes.bfloat16)):
         ref = nbquant.quantize_nvfp4(xx, global_scale=global_scale, backend="reference")
         got = nbquant.quantize_nvfp4(xx, global_scale=global_scale, backend=backend)
@@ -207,8 +208,7 @@ def test_nf4_ties_take_the_first_entry(backend):
 @pytest.mark.parametrize("scale_block_size", [None, 4])
 def test_nf4_matches_reference(backend, scale_block_size):
     x = _sample((8, 64), seed=4)
-    x[0, :16] = 0
-    x[1, 3] = np.nan
+    x[0, :16] = 0  # NaN and inf are refused (tests/test_cuda_kernel_families.py)
     for xx in (x, x.astype(np.float16), x.astype(ml_dtypes.bfloat16)):
         got, ref = _both_nf4(backend, xx, block_size=16, scale_block_size=scale_block_size)
         for out_dtype in (np.float32, ml_dtypes.bfloat16):

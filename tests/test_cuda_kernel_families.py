@@ -202,7 +202,9 @@ def test_mx(backend, fmt, x_dtype, rounding):
 
 @pytest.mark.parametrize("global_scale", [None, 0.01])
 def test_nvfp4(backend, global_scale):
-    x = _block_input((3, 5, 32), seed=7, dtype=BF16 if global_scale else F32, element="float4_e2m1fn")
+    # without a global scale, NaN or inf is refused (test_nvfp4_and_nf4_refuse_nan_and_inf)
+    x = _block_input((3, 5, 32), seed=7, dtype=BF16 if global_scale else F32, element="float4_e2m1fn",
+                     nan_inf=global_scale is not None)
     ref = nbquant.quantize_nvfp4(x, global_scale=global_scale, backend="reference")
     got = nbquant.quantize_nvfp4(x, global_scale=global_scale, backend=backend)
     _same((got.data, got.scales, np.float32(got.global_scale)), (ref.data, ref.scales, np.float32(ref.global_scale)))
@@ -212,8 +214,8 @@ def test_nvfp4(backend, global_scale):
 
 @pytest.mark.parametrize("scale_block_size", [None, 4])
 def test_nf4(backend, scale_block_size):
-    # double quantization centres the scales on their mean: a NaN block would make every scale NaN
-    x = _block_input((4, 3, 16), seed=8, dtype=F16 if scale_block_size else F64, nan_inf=not scale_block_size)
+    # NF4 refuses NaN and inf (test_nvfp4_and_nf4_refuse_nan_and_inf)
+    x = _block_input((4, 3, 16), seed=8, dtype=F16 if scale_block_size else F64, nan_inf=False)
     # block 2 has amax 1: 0.039794921875 is halfway between NF4 entries 7 (0) and 8 (0.0795...), the first wins
     x.reshape(-1)[16:24] = [0.25, -0.5, 0.039794921875, 1.0, -0.0, -0.039794921875, 0.5, -1.0]
     ref = nbquant.quantize_nf4(x, block_size=8, scale_block_size=scale_block_size, backend="reference")
@@ -223,6 +225,18 @@ def test_nf4(backend, scale_block_size):
         _same((got.double_scales, np.float32(got.scale_mean)), (ref.double_scales, np.float32(ref.scale_mean)))
     for out_dtype in (F32, BF16):
         _same(got.dequantize(out_dtype, backend=backend), ref.dequantize(out_dtype, backend="reference"))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nvfp4_and_nf4_refuse_nan_and_inf(backend, bad):
+    """A NaN or inf would make every NVFP4 value NaN (through the global scale) or a whole NF4 block NaN or -inf."""
+    x = _block_input((2, 3, 32), seed=3, nan_inf=False)
+    x[1, 2, 17] = bad
+    for b in ("reference", backend):
+        with pytest.raises(ValueError, match=r"^x holds (NaN|inf): the global scale amax / \(6 \* 448\)"):
+            nbquant.quantize_nvfp4(x, backend=b)
+        with pytest.raises(ValueError, match=r"^x holds NaN or inf \(in elements 176 to 183 of the flattened"):
+            nbquant.quantize_nf4(x, block_size=8, backend=b)
 
 
 # --- amax, qparams, dynamic quantization ------------------------------------------------------------

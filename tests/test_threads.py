@@ -38,7 +38,7 @@ def _calls(x: np.ndarray) -> dict[str, object]:
                                                  axis=0, backend="cpu"),
         "mxfp4": lambda: nbquant.quantize_mx(x, "mxfp4", backend="cpu"),
         "nvfp4": lambda: nbquant.quantize_nvfp4(x, global_scale=np.float32(0.01), backend="cpu"),
-        "nf4": lambda: nbquant.quantize_nf4(x, backend="cpu"),
+        "nf4": lambda: nbquant.quantize_nf4(np.nan_to_num(x, nan=0.5, posinf=3.0), backend="cpu"),
         "dynamic rows": lambda: nbquant.quantize_dynamic(x, "uint4", block_size=(1, 32), mapping="asymmetric",
                                                          packed=True, backend="cpu"),
         "dynamic per-tensor": lambda: nbquant.quantize_dynamic(x, "int8", backend="cpu"),

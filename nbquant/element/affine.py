@@ -102,7 +102,10 @@ def affine_qparams(mn, mx, mapping, qmin, qmax, half_range, eps, zp_sym):
     ``SYMMETRIC_NO_CLIPPING_ERR`` ``s = max(min_neg / qmin, max_pos / qmax)``; then
     ``s = max(s, eps)``. ``min_neg = min(mn, 0)``, ``max_pos = max(mx, 0)``. A NaN
     min or max gives a NaN scale (torch propagates NaN) and zero point ``qmin``
-    (asymmetric) or ``zp_sym``. Returns ``(scale, zero_point)`` as float32.
+    (asymmetric) or ``zp_sym``. A finite range wider than FLT_MAX (``max_pos - min_neg``
+    overflows, where torch's scale is inf and every code the zero point) takes
+    ``max_pos / (qmax - qmin) - min_neg / (qmax - qmin)``, a finite scale that spans the
+    data. Returns ``(scale, zero_point)`` as float32.
     """
     zero = np.float32(0.0)
     lo = np.float32(qmin)
@@ -120,6 +123,8 @@ def affine_qparams(mn, mx, mapping, qmin, qmax, half_range, eps, zp_sym):
         s = smin if smin > smax else smax
     else:
         s = (max_pos - min_neg) / (hi - lo)
+        if s == np.float32(np.inf):  # a finite range wider than FLT_MAX: divide each end first
+            s = max_pos / (hi - lo) - min_neg / (hi - lo)
     s = max(s, np.float32(eps))
     z = np.float32(zp_sym)
     if mapping == Mapping.ASYMMETRIC:

@@ -15,6 +15,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = [
+    "CANONICAL_NAN_BITS",
     "element_function",
     "rint_f32",
     "load_f32",
@@ -33,6 +34,9 @@ __all__ = [
 #: ``cuda.compile_ptx``; ``error_model="numpy"`` gives IEEE results (``x / 0`` is inf, not an
 #: exception) when a function is called on its own, as the CUDA simulator calls them.
 element_function = njit(inline="always", error_model="numpy")
+
+#: The bits of the NaN every float output holds where its value is NaN: ``numpy.nan`` in each type.
+CANONICAL_NAN_BITS = {"float32": 0x7FC00000, "float16": 0x7E00, "bfloat16": 0x7FC0}
 
 _F32 = ir.FloatType()
 _I16 = ir.IntType(16)
@@ -105,26 +109,29 @@ def _to_f32(typingctx, value):
 def _from_f32(typingctx, value, like):
     """Encode float32 into the storage type of ``like`` (RNE for the narrow types).
 
-    ``like`` float32 → float32; uint16 → float16 bits; int16 → bfloat16 bits
-    (NaN stays a quiet NaN with its sign).
+    ``like`` float32 → float32; uint16 → float16 bits; int16 → bfloat16 bits. Every
+    NaN becomes the type's canonical quiet NaN (:data:`CANONICAL_NAN_BITS`: what
+    ``numpy.nan`` converts to), whatever its sign and payload: x86 keeps an operand's
+    NaN bits and a GPU writes 0x7fffffff, so only a canonical NaN is the same everywhere.
     """
     if value != types.float32 or like not in (types.float32, types.uint16, types.int16):
         return None
 
     def codegen(context, builder, signature, args):
         v = args[0]
+        is_nan = builder.fcmp_unordered("uno", v, v)
         if like == types.float32:
-            return v
+            nan = builder.bitcast(ir.Constant(_I32, CANONICAL_NAN_BITS["float32"]), ir.FloatType())
+            return builder.select(is_nan, nan, v)
         if like == types.uint16:
-            return builder.bitcast(builder.fptrunc(v, ir.HalfType()), _I16)
+            half = builder.bitcast(builder.fptrunc(v, ir.HalfType()), _I16)
+            return builder.select(is_nan, ir.Constant(_I16, CANONICAL_NAN_BITS["float16"]), half)
         bits = builder.bitcast(v, _I32)
         upper = builder.lshr(bits, ir.Constant(_I32, 16))
         lsb = builder.and_(upper, ir.Constant(_I32, 1))
         rounded = builder.add(bits, builder.add(lsb, ir.Constant(_I32, 0x7FFF)))
         rounded = builder.lshr(rounded, ir.Constant(_I32, 16))
-        quiet = builder.or_(upper, ir.Constant(_I32, 0x0040))
-        is_nan = builder.fcmp_unordered("uno", v, v)
-        return builder.trunc(builder.select(is_nan, quiet, rounded), _I16)
+        return builder.trunc(builder.select(is_nan, ir.Constant(_I32, CANONICAL_NAN_BITS["bfloat16"]), rounded), _I16)
 
     return like(types.float32, like), codegen
 

@@ -7,7 +7,7 @@ import numpy as np
 from ..formats import get_format
 from ..modes import ScaleOp
 from .affine import code_bits, quantize_value
-from .bits import element_function
+from .bits import bits_f32, element_function, f32_bits
 from .minifloat import decode_e8m0, encode_fp
 
 __all__ = [
@@ -37,11 +37,17 @@ def mx_scale_code(amax_bits, emax, max_mantissa, round_up):
     OCP MX v1.0: ``2**(floor(log2(amax)) - emax)`` (``round_up=False``); with
     ``round_up`` the smallest power of two that keeps ``amax / scale`` within the
     element format's largest value (mantissa ``max_mantissa``), so nothing clips.
-    NaN or inf in the block gives the NaN code 0xff; codes clamp to [0, 254].
+    NaN or inf in the block gives the NaN code 0xff; codes clamp to [0, 254]. A
+    subnormal ``amax`` is normalized first, so rounding up compares its true mantissa.
     """
     e = amax_bits >> 23
+    mantissa = amax_bits & 0x7FFFFF
+    if e == 0 and mantissa != 0:  # subnormal: times 2**24 (exact) gives its exponent and mantissa
+        normal = f32_bits(bits_f32(amax_bits) * np.float32(16777216.0))
+        e = (normal >> 23) - 24
+        mantissa = normal & 0x7FFFFF
     code = e - emax
-    if round_up and (amax_bits & 0x7FFFFF) > max_mantissa:
+    if round_up and mantissa > max_mantissa:
         code += 1
     code = min(max(code, np.int64(0)), np.int64(254))
     return np.int64(0xFF) if e == 0xFF else code

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from .static import pack, unpack
+from .static import pack, store_floats, unpack
 
 
 def _blocks(a: np.ndarray, block: int) -> np.ndarray:
@@ -62,7 +62,7 @@ class BlockOps:
         else:
             values = elements.view(np.int8).astype(np.float32) * np.float32(0.015625)
         scale = scales.view(ml_dtypes.float8_e8m0fnu).astype(np.float32)
-        out[...] = (_blocks(values, block) * scale[..., None]).reshape(out.shape).astype(spec.out_dtype)
+        store_floats(out, _blocks(values, block) * scale[..., None])
 
     def nvfp4_quantize(self, x, spec, codes, scales) -> None:
         """modelopt NVFP4: e4m3 block scales ``amax / (6 * global)``, e2m1 elements ``x / (scale * global)``."""
@@ -85,7 +85,7 @@ class BlockOps:
         block, g = spec.block_size, np.float32(spec.global_scale)
         values = unpack(codes, 4).view(ml_dtypes.float4_e2m1fn).astype(np.float32)
         scale = scales.view(ml_dtypes.float8_e4m3fn).astype(np.float32) * g
-        out[...] = (_blocks(values, block) * scale[..., None]).reshape(out.shape).astype(spec.out_dtype)
+        store_floats(out, _blocks(values, block) * scale[..., None])
 
     @np.errstate(invalid="ignore", divide="ignore")
     def nf4_quantize(self, x, spec, codes, scales) -> None:
@@ -101,7 +101,7 @@ class BlockOps:
     def nf4_dequantize(self, codes, scales, spec, out) -> None:
         index = np.stack([codes >> 4, codes & 15], axis=-1).reshape(codes.shape[0], -1)
         values = _blocks(_NF4[index], spec.block_size) * scales[..., None].astype(np.float32)
-        out[...] = values.reshape(out.shape).astype(spec.out_dtype)
+        store_floats(out, values)
 
     def amax(self, x) -> float:
         """``max |x|`` as float32 (NaN if any element is NaN)."""

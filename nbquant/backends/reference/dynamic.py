@@ -12,7 +12,7 @@ import numpy as np
 
 from ...layout import BlockLayout
 from ...modes import Mapping
-from .static import expand
+from .static import expand, store_floats
 
 #: modelopt's "amax is zero" threshold (the oracle's own copy of the constant).
 _AMAX_TINY = np.float32(2.0 ** -24)
@@ -64,6 +64,8 @@ def qparams_from_minmax(mn: np.ndarray, mx: np.ndarray, spec) -> tuple[np.ndarra
         s = np.where(smin > smax, smin, smax)
     else:
         s = (max_pos - min_neg) / (hi - lo)
+        # a finite range wider than FLT_MAX: each end divided first (torch's float32 range would be inf)
+        s = np.where(np.isinf(s), max_pos / (hi - lo) - min_neg / (hi - lo), s)
     s = np.maximum(s, np.float32(spec.eps)).astype(np.float32)
     if spec.mapping == Mapping.ASYMMETRIC:
         r = np.rint(min_neg / s)
@@ -123,19 +125,19 @@ class DynamicOps:
             if codes is not None:
                 codes[...] = q
             dq = q / np.where(tiny, np.float32(1), s)
-        out[...] = dq.astype(np.float32).astype(out.dtype)
+        store_floats(out, dq.astype(np.float32))
 
     @np.errstate(divide="ignore", invalid="ignore", over="ignore")
     def fake_affine(self, x, step, qz, minb, maxb, out) -> None:
         step = np.float32(step)
         q = np.rint(_f32(x) / step) - np.float32(qz)
         q = np.where(np.isnan(q), q, np.clip(q, np.float32(minb), np.float32(maxb)))
-        out[...] = ((q + np.float32(qz)) * step).astype(np.float32).astype(out.dtype)
+        store_floats(out, ((q + np.float32(qz)) * step).astype(np.float32))
 
     def ste_backward(self, grad, x, lo_grid, hi_grid, layout, out) -> None:
         v = _f32(x)
         keep = (v >= _expand(_f32(lo_grid), layout)) & (v <= _expand(_f32(hi_grid), layout))
-        out[...] = np.where(keep, _f32(grad), np.float32(0)).astype(out.dtype)
+        store_floats(out, np.where(keep, _f32(grad), np.float32(0)))
 
     def abs_histogram(self, x, nbins: int, top) -> np.ndarray:
         """Counts of ``|x|`` in ``nbins`` bins over ``[0, top]``: ``bin = int(|x| * nbins / top)`` in float32."""

@@ -25,6 +25,18 @@ def expand(grid_param: np.ndarray, layout: BlockLayout) -> np.ndarray:
 _PACK_GROUPS = {2: (4, 1), 4: (2, 1), 6: (4, 3)}  # bits -> (codes, bytes), a little-endian bit stream
 
 
+def store_floats(out: np.ndarray, values: np.ndarray) -> None:
+    """Write float ``values`` into ``out`` (its dtype, round half to even), every NaN as ``numpy.nan``.
+
+    The canonical NaN of each output type (``CANONICAL_NAN_BITS`` in ``nbquant/element/bits.py``), as
+    the kernels' ``store_float`` writes it, whatever the sign and payload of the NaN.
+    """
+    out[...] = values.reshape(out.shape).astype(out.dtype)
+    nan = np.isnan(out)
+    if nan.any():
+        out[nan] = np.nan
+
+
 def unpack(packed: np.ndarray, bits: int) -> np.ndarray:
     codes, nbytes = _PACK_GROUPS[bits]
     groups = packed.reshape(packed.shape[:-1] + (packed.shape[-1] // nbytes, nbytes)).astype(np.uint32)
@@ -79,7 +91,7 @@ class StaticOps:
         if fmt.is_float:
             codes = unpack(q, fmt.bits) if spec.packed else q
             values = codes.view(fmt.dtype).astype(np.float32) * expand(scale, layout)
-            out[...] = values.astype(spec.out_dtype)
+            store_floats(out, values)
             return
         bits = unpack(q, fmt.bits) if spec.packed else q.astype(np.int32)
         code = bits.astype(np.int32) & np.int32(fmt.mask)
@@ -87,4 +99,4 @@ class StaticOps:
             code = np.where(code > fmt.qmax, code - (1 << fmt.bits), code)
         z = expand(zero_point, layout) if zero_point is not None else np.float32(0)
         v = (code.astype(np.float32) - z) * expand(scale, layout)
-        out[...] = v.astype(spec.out_dtype)
+        store_floats(out, v)
