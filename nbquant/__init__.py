@@ -21,6 +21,7 @@ from .backends import (
 )
 from .block_formats import MX_FORMATS, BlockQuantized, dequantize_mx, dequantize_nvfp4, quantize_mx, quantize_nvfp4
 from .calibration import HistogramCalibrator, MaxCalibrator
+from .codes import PackedCodes
 from .dynamic import choose_qparams, quantize_dynamic
 from .formats import FORMATS, QuantFormat, get_format
 from .modelopt_ops import (
@@ -47,6 +48,7 @@ __all__ = [
     "HistogramCalibrator",
     "MaxCalibrator",
     "NF4Quantized",
+    "PackedCodes",
     "QuantFormat",
     "__version__",
     "backends",

@@ -9,6 +9,7 @@ import numpy.typing as npt
 
 from . import modes
 from .backends import device_code_input, device_float_input, device_result, is_device_array, resolve_backend
+from .codes import PackedCodes
 from .formats import QuantFormat, get_format
 from .layout import resolve_layout
 from .spec import DequantizeSpec, QuantizeSpec
@@ -106,7 +107,9 @@ def quantize(
     packed : bool
         For sub-byte formats, return uint8 with ``8 // bits`` codes per byte along the
         last axis, the first element in the lowest bits (``byte = q[2j] | q[2j+1] << 4``
-        for 4-bit). The last axis must be a multiple of ``8 // bits``.
+        for 4-bit). The last axis must be a multiple of ``8 // bits``. The result is a
+        :class:`~nbquant.PackedCodes`, a uint8 array that records the format, so
+        ``dequantize(q, scale)`` decodes it without ``dtype=``.
     scale_op : {"divide", "reciprocal", "multiply"}
         ``x / scale`` (ONNX, TensorRT); ``x * fl(1 / scale)`` (torchao, fbgemm);
         ``x * scale`` where ``scale`` is a multiplier (pypto, modelopt).
@@ -128,7 +131,8 @@ def quantize(
     Returns
     -------
     numpy.ndarray
-        Codes of ``dtype`` (ml_dtypes for sub-byte formats), or packed ``uint8``.
+        Codes of ``dtype`` (ml_dtypes for sub-byte formats), or packed ``uint8`` as a
+        :class:`~nbquant.PackedCodes` (``out`` itself when given; a device array on CUDA).
 
     Notes
     -----
@@ -142,7 +146,7 @@ def quantize(
     >>> nbquant.quantize(np.array([-1.0, 0.25, 0.5, 300.0], np.float32), 0.5, "int8")
     array([ -2,   0,   1, 127], dtype=int8)
     >>> nbquant.quantize(np.array([[1.0, -1.0]], np.float32), 0.5, "int4", packed=True)
-    array([[226]], dtype=uint8)
+    PackedCodes([[226]], dtype=uint8, format='int4')
     """
     fmt = get_format(dtype)
     passed = {"x": x, "scale": scale, "zero_point": zero_point}
@@ -169,6 +173,8 @@ def quantize(
     impl = resolve_backend(backend, (x, result))
     if x.size:
         impl.quantize(x, s, zp, spec, result.view(np.uint8 if packed else fmt.storage))
+    if packed and out is None and not device:
+        return PackedCodes(result, fmt.name)
     return result
 
 
@@ -180,8 +186,14 @@ def _unpacked_length(fmt: QuantFormat, nbytes: int) -> int:
     return nbytes // group_bytes * codes
 
 
-def _code_format(q: np.ndarray, dtype) -> tuple[QuantFormat, bool]:
-    """The format of ``q`` and whether it is packed."""
+def _code_format(q: np.ndarray, dtype, tag: str | None) -> tuple[QuantFormat, bool]:
+    """The format of ``q`` and whether it is packed; ``tag`` is the format a :class:`PackedCodes` ``q`` holds."""
+    if tag is not None:
+        fmt = get_format(tag)
+        if dtype is not None and get_format(dtype) is not fmt:
+            raise ValueError(f"q holds packed {fmt.name} codes (q.format), but dtype={dtype!r}; leave dtype out, or "
+                             f"pass q.view(numpy.ndarray) to read its bytes as {dtype!r} codes")
+        return fmt, True
     if dtype is None:
         try:
             return get_format(q.dtype), False
@@ -224,7 +236,10 @@ def dequantize(
         As in :func:`quantize`, describing the unpacked shape. The zero point may be
         any finite float (pypto) or integer.
     dtype : str or dtype, optional
-        The quantized format; needed when ``q`` is packed uint8.
+        The quantized format; needed when ``q`` is a plain uint8 array of packed codes
+        (without it, plain uint8 is read as ``"uint8"`` codes). A
+        :class:`~nbquant.PackedCodes` ``q`` (what ``quantize(..., packed=True)`` returns)
+        carries its format: leave ``dtype`` out, or pass the same format.
     out_dtype : dtype
         float32 (default), float16 or bfloat16 (rounded to nearest even from float32).
     out : numpy.ndarray, optional
@@ -245,9 +260,10 @@ def dequantize(
     array([[ 1., -1.]], dtype=float32)
     """
     passed = {"q": q, "scale": scale, "zero_point": zero_point}
+    tag = q.format if isinstance(q, PackedCodes) else None
     device = is_device_array(q) or is_device_array(out)  # CUDA arrays stay on the device (cuda backend)
     q = device_code_input(q)
-    fmt, packed = _code_format(q, dtype)
+    fmt, packed = _code_format(q, dtype, tag)
     out_dt = check_out_dtype(out_dtype)
     shape = q.shape[:-1] + (_unpacked_length(fmt, q.shape[-1]),) if packed else q.shape
     layout = resolve_layout(shape, axis, block_size)

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .backends import device_copy, device_float_input, device_result, is_device_array, resolve_backend
+from .codes import PackedCodes
 from .formats import get_format
 from .layout import BlockLayout, resolve_layout
 from .modes import Mapping, ScaleOp
@@ -244,7 +245,7 @@ def quantize_dynamic(
     Returns
     -------
     codes : numpy.ndarray
-        As :func:`nbquant.quantize` returns them.
+        As :func:`nbquant.quantize` returns them (packed: a :class:`~nbquant.PackedCodes`).
     scale, zero_point : numpy.ndarray
         As :func:`choose_qparams` returns them. ``nbquant.quantize(x, scale, dtype,
         zero_point=zero_point, axis=axis, block_size=block_size, quant_min=...,
@@ -262,8 +263,8 @@ def quantize_dynamic(
     >>> x = np.array([[0.1, -0.4, 0.2, 0.3], [1.0, 2.0, -3.0, 7.5]], np.float32)
     >>> q, s, zp = nbquant.quantize_dynamic(x, "int4", axis=1, block_size=4, packed=True)
     >>> q, s.ravel()
-    (array([[130, 100],
-           [ 33, 125]], dtype=uint8), array([0.05333333, 1.        ], dtype=float32))
+    (PackedCodes([[130, 100],
+                 [ 33, 125]], dtype=uint8, format='int4'), array([0.05333333, 1.        ], dtype=float32))
     """
     device = is_device_array(x)
     x = device_float_input(x)
@@ -286,4 +287,6 @@ def quantize_dynamic(
             _quantize_with_qparams(impl, x, spec, store, s_host, z_host)
             scale, zp = (device_copy(s_host), device_copy(z_host)) if device else (s_host, z_host)
     pshape = _param_shape(spec.layout, block_size)
+    if spec.packed and not device:
+        codes = PackedCodes(codes, fmt.name)
     return codes, scale.reshape(pshape), zp.reshape(pshape)

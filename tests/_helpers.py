@@ -43,8 +43,12 @@ def examples(full_tier_count: int) -> int:
 
 
 def assert_same_bits(actual: np.ndarray, expected: np.ndarray) -> None:
-    """Assert equal type, dtype, shape and bytes (NaN payloads and the sign of zero included)."""
-    assert type(actual) is np.ndarray, type(actual)
+    """Assert equal type, dtype, shape and bytes (NaN payloads and the sign of zero included).
+
+    Both are plain ``numpy.ndarray``, or both :class:`nbquant.PackedCodes` of one format.
+    """
+    assert type(actual) is type(expected) and type(actual) in (np.ndarray, nbquant.PackedCodes), type(actual)
+    assert getattr(actual, "format", None) == getattr(expected, "format", None)
     assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
     assert actual.shape == expected.shape, (actual.shape, expected.shape)
     a = np.ascontiguousarray(actual).reshape(-1).view(np.uint8)

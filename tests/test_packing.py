@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -153,3 +155,44 @@ def test_packed_out_argument(backend):
     dout = np.empty((1, 4), np.float32)
     res = nbquant.dequantize(out, 1.0, dtype="int4", out=dout, backend=backend)
     assert res is dout and dout.tolist() == [[1, 2, 3, 4]]
+
+
+# --- PackedCodes: packed results remember their format ---------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["int4", "uint4", "int2", "uint2", "float4_e2m1fn", "float6_e2m3fn"])
+def test_packed_result_dequantizes_without_dtype(backend, fmt):
+    """The trap: packed int4 bytes read as uint8 codes. A packed result carries its format instead."""
+    x = np.linspace(-1, 1, 24, dtype=np.float32).reshape(2, 12)
+    q = nbquant.quantize(x, 0.25, fmt, packed=True, backend=backend)
+    assert type(q) is nbquant.PackedCodes and q.format == fmt and q.dtype == np.uint8
+    expected = nbquant.dequantize(q.view(np.ndarray), 0.25, dtype=fmt, backend="reference")
+    for got in (nbquant.dequantize(q, 0.25, backend=backend), nbquant.dequantize(q, 0.25, dtype=fmt, backend=backend)):
+        assert type(got) is np.ndarray
+        assert got.tobytes() == expected.tobytes()
+
+
+def test_packed_codes_refuse_another_dtype():
+    q = nbquant.quantize(np.ones((1, 4), np.float32), 0.5, "int4", packed=True)
+    with pytest.raises(ValueError, match=r"^q holds packed int4 codes \(q.format\), but dtype='uint4'; leave dtype "
+                                         r"out, or pass q.view\(numpy.ndarray\)"):
+        nbquant.dequantize(q, 0.5, dtype="uint4")
+    # the plain-array path reads the same bytes as any format the caller names
+    assert nbquant.dequantize(q.view(np.ndarray), 0.5, dtype="uint4").tolist() == [[1.0, 1.0, 1.0, 1.0]]
+    assert nbquant.dequantize(q.view(np.ndarray), 0.5).tolist() == [[17.0, 17.0]]  # uint8 codes: 0x22 * 0.5
+
+
+def test_packed_codes_behave_as_uint8_arrays():
+    q = nbquant.quantize(np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8), 0.25, "int4", packed=True)
+    assert repr(q).startswith("PackedCodes([[") and repr(q).endswith("dtype=uint8, format='int4')")
+    assert type(q[1]) is nbquant.PackedCodes and q[1].format == "int4"  # slices stay tagged
+    assert type(q + 1) is np.ndarray and type(np.asarray(q)) is np.ndarray  # arithmetic and asarray do not
+    again = pickle.loads(pickle.dumps(q))
+    assert type(again) is nbquant.PackedCodes and again.format == "int4" and (again == q).all()
+    with pytest.raises(TypeError, match=r"^PackedCodes holds uint8 bytes; got dtype int8"):
+        nbquant.PackedCodes(np.zeros(2, np.int8), "int4")
+
+
+def test_packed_quantize_into_out_returns_out():
+    out = np.empty((1, 2), np.uint8)
+    assert nbquant.quantize(np.ones((1, 4), np.float32), 0.5, "int4", packed=True, out=out) is out

@@ -70,7 +70,7 @@ def mx_int8(v):
 @element_function
 def nvfp4_block_scale(amax, six_global):
     """modelopt's NVFP4 block scale code: ``e4m3(max(amax / (6 * global), 2**-9))``, 0 read as 1, NaN kept."""
-    s = amax / six_global
+    s = np.float32(amax) / np.float32(six_global)  # float32 even where a caller passes float64 (the simulator)
     s = np.float32(1.0) if s == 0 else s
     s = s if s != s else max(s, np.float32(0.001953125))
     return encode_fp(s, E4M3, True)
