@@ -3,8 +3,9 @@
 * :class:`MaxCalibrator`: running maximum of ``max |x|`` per tensor or per kept ``axis``.
 * :class:`HistogramCalibrator`: a histogram of ``|x|`` (a Numba kernel on the cpu
   backend) over ``[0, max]``, extended with the same bin width when a later batch
-  has a larger maximum; ``compute_amax`` by ``"entropy"`` (KL divergence, as
-  modelopt/TensorRT), ``"mse"`` or ``"percentile"``.
+  has a larger maximum (up to ``4 * num_bins`` bins; past that the bins get wider);
+  ``compute_amax`` by ``"entropy"`` (KL divergence, as modelopt/TensorRT), ``"mse"``
+  or ``"percentile"``.
 
 Differences from modelopt 0.47 (semantics.md §6.7), all deliberate:
 
@@ -14,9 +15,23 @@ Differences from modelopt 0.47 (semantics.md §6.7), all deliberate:
   into ``fake_tensor_quant``'s ``bias`` slot and returns garbage. The mean is
   accumulated in float64 (torch: float32), which can only matter for exact ties.
 * ``"entropy"`` does not overwrite bin 0 of the stored histogram (modelopt's
-  ``bins = calib_hist[:]`` is a view, so its ``bins[0] = bins[1]`` does).
-* An all-zero first batch gives edges ``[0, 0, ...]`` and every count in bin 0
-  (torch.histc would widen the range to ``[-1, 1]``).
+  ``bins = calib_hist[:]`` is a view, so its ``bins[0] = bins[1]`` does). A candidate
+  whose clipped histogram is all zero (data away from zero) has KL = inf; modelopt's
+  scipy ``entropy`` gives NaN there, ``np.argmin`` picks the NaN, and it returns an edge
+  below every value. ``start_bin=0`` raises ValueError (modelopt: IndexError).
+* The histogram holds at most ``4 * num_bins`` bins: a later maximum that needs more
+  doubles the bin width (merging bins) instead of adding bins, where modelopt's grow
+  without bound (a 10^4 times larger maximum: 20M bins, float32 edges that stop
+  increasing). ``ceil(max / width)`` is computed exactly (modelopt's float32 quotient can
+  round down and leave the maximum above the last edge, not counted).
+* All-zero batches (before any non-zero value) count in bin 0 of ``num_bins`` bins of one
+  float32 subnormal each; the first batch with a non-zero value then sets the range as a
+  first batch would (modelopt's zero width makes every later batch fail; torch.histc
+  would widen the range to ``[-1, 1]``). A maximum below ``num_bins`` times the smallest
+  normal takes a step of whole subnormals, so the edges stay distinct.
+* Values near float32's max are counted: the bin is ``int(|x| * (nbins / top))`` where
+  ``|x| * nbins`` overflows, and a range whose last edge would pass float32's max ends
+  there (a partial last bin).
 * NaN or ±inf in a batch raises ValueError (modelopt asserts).
 """
 
@@ -28,11 +43,18 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from .backends import device_float_input, host_array, is_device_array, resolve_backend
+from .backends import _check_name, device_float_input, host_array, is_device_array, resolve_backend
 from .layout import resolve_layout
 from .modelopt_ops import reduce_amax
+from .validation import check_choice
 
-__all__ = ["MaxCalibrator", "HistogramCalibrator"]
+__all__ = ["MaxCalibrator", "HistogramCalibrator", "MAX_NUM_BINS"]
+
+#: The largest ``num_bins`` of a :class:`HistogramCalibrator` (it then holds at most ``4 * 2**20`` bins).
+MAX_NUM_BINS = 1 << 20
+_F32_MAX = float(np.finfo(np.float32).max)
+_F32_TINY = float(np.finfo(np.float32).smallest_subnormal)
+_F32_NORMAL = float(np.finfo(np.float32).smallest_normal)
 
 
 def _finite_amax(amax: np.ndarray) -> np.ndarray:
@@ -59,7 +81,7 @@ class MaxCalibrator:
         if axis is not None and (isinstance(axis, bool) or not isinstance(axis, (int, np.integer))):
             raise TypeError(f"axis={axis!r} must be an int or None")
         self.axis = axis
-        self.backend = backend
+        self.backend = backend if backend is None else _check_name(backend, "backend")
         self._amax: np.ndarray | None = None
 
     def collect(self, x: npt.ArrayLike) -> None:
@@ -81,16 +103,25 @@ class MaxCalibrator:
 
 
 class HistogramCalibrator:
-    """Histogram of ``|x|`` with modelopt's streaming bin extension.
+    """Histogram of ``|x|`` with modelopt's streaming bin extension, bounded to ``max_bins`` bins.
+
+    The first batch's range is ``[0, max |x|]`` in ``num_bins`` bins. A later batch with
+    a larger maximum extends the range with the same bin width (``ceil(max / width)``
+    bins, modelopt's rule) while that needs at most ``max_bins = 4 * num_bins`` bins;
+    beyond that the width doubles as often as needed (each doubling adds pairs of
+    adjacent bins into one, so the counts stay exact and the new edges fall on old
+    ones) and the histogram ends up with more than ``2 * num_bins`` and at most
+    ``4 * num_bins`` bins. Every value of every batch is counted, and the edges increase
+    strictly (docs/dynamic.md, "Calibration").
 
     Parameters
     ----------
     num_bins : int
-        Bins of the first batch (2048). Later batches with a larger max add bins.
+        Bins of the first batch (2048), at most ``2**20``.
     skip_zeros : bool
         Leave exact zeros out of the histogram.
     backend : str, optional
-        ``"cpu"`` (Numba histogram kernel) or ``"reference"``.
+        ``"cpu"`` (Numba histogram kernel), ``"cuda"`` or ``"reference"``.
 
     Examples
     --------
@@ -101,29 +132,47 @@ class HistogramCalibrator:
     ([1, 1, 1, 0, 1, 0, 0, 1], [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
     >>> float(cal.compute_amax("percentile", percentile=50))
     2.0
+    >>> cal.collect(np.array([100.0], np.float32))  # 100 bins of width 1 > 4 * 8: width 4, 25 bins
+    >>> cal.histogram.tolist()[:3], cal.bin_edges[:3].tolist(), cal.histogram.size
+    ([3, 2, 0], [0.0, 4.0, 8.0], 25)
     """
 
     def __init__(self, num_bins: int = 2048, *, skip_zeros: bool = False, backend: str | None = None) -> None:
-        if isinstance(num_bins, bool) or not isinstance(num_bins, (int, np.integer)) or num_bins < 2:
-            raise ValueError(f"num_bins={num_bins!r} must be an int >= 2")
+        if isinstance(num_bins, (bool, np.bool_)) or not isinstance(num_bins, (int, np.integer)):
+            raise TypeError(f"num_bins={num_bins!r} must be an int")
+        if not 2 <= num_bins <= MAX_NUM_BINS:
+            raise ValueError(f"num_bins={num_bins!r} must be in [2, {MAX_NUM_BINS}]")
         if not isinstance(skip_zeros, (bool, np.bool_)):
             raise TypeError(f"skip_zeros={skip_zeros!r} must be True or False")
         self.num_bins = int(num_bins)
         self.skip_zeros = bool(skip_zeros)
-        self.backend = backend
+        self.backend = backend if backend is None else _check_name(backend, "backend")
         self.histogram: np.ndarray | None = None
         self.bin_edges: np.ndarray | None = None
+
+    @property
+    def max_bins(self) -> int:
+        """The most bins the histogram holds: ``4 * num_bins``."""
+        return 4 * self.num_bins
 
     def reset(self) -> None:
         self.histogram = None
         self.bin_edges = None
 
-    def _counts(self, x: np.ndarray, nbins: int, top: np.float32) -> np.ndarray:
-        if top == 0:
-            counts = np.zeros(nbins, np.int64)
-            counts[0] = x.size
+    def _counts(self, x) -> np.ndarray:
+        """The batch's counts in the current bins (less its zeros with ``skip_zeros``).
+
+        When ``bins * width`` passes float32's max the last edge is that max and the last bin
+        is partial: the kernel counts the other bins, and the last one gets what it left out
+        (the data is finite, so everything above the second-to-last edge).
+        """
+        backend = resolve_backend(self.backend, (x,))
+        n = self.bin_edges.size - 1
+        if n * float(self.bin_edges[1]) <= _F32_MAX:
+            counts = backend.abs_histogram(x, n, self.bin_edges[-1])
         else:
-            counts = resolve_backend(self.backend, (x,)).abs_histogram(x, nbins, top)
+            counts = backend.abs_histogram(x, n - 1, self.bin_edges[-2])
+            counts = np.append(counts, x.size - counts.sum())
         if self.skip_zeros:
             counts[0] -= self._zeros(x)
         return counts
@@ -134,8 +183,22 @@ class HistogramCalibrator:
             return int(np.count_nonzero(x == 0))
         # Two bins over [0, smallest subnormal]: |x| = 0 lands in bin 0, the smallest subnormal in bin 1,
         # everything larger (and NaN) is skipped.
-        tiny = np.float32(np.finfo(np.float32).smallest_subnormal)
-        return int(resolve_backend(self.backend, (x,)).abs_histogram(x, 2, tiny)[0])
+        return int(resolve_backend(self.backend, (x,)).abs_histogram(x, 2, np.float32(_F32_TINY))[0])
+
+    def _grow(self, x_max: np.float32) -> np.ndarray:
+        """Edges up to ``x_max`` or beyond; returns the counts so far in the new bins.
+
+        modelopt: the same width, ``ceil(x_max / width)`` bins (the quotient exact here: modelopt's
+        float32 quotient can round down and leave ``x_max`` above the last edge, uncounted). Past
+        ``max_bins`` the width doubles until the bins fit, and each group of old bins is added.
+        """
+        width = float(self.bin_edges[1])
+        group = 1
+        while (n := math.ceil(float(x_max) / (width * group))) > self.max_bins:
+            group *= 2
+        self.bin_edges = _uniform_edges(n, width * group)
+        old = self.histogram
+        return old if group == 1 else np.add.reduceat(old, np.arange(0, old.size, min(group, old.size)))
 
     def collect(self, x: npt.ArrayLike) -> None:
         """Add one batch: ``bin = int(|x| * nbins / top)`` (float32), the right edge in the last bin."""
@@ -144,46 +207,46 @@ class HistogramCalibrator:
             return
         x_max = np.float32(_finite_amax(host_array(reduce_amax(x, layout=resolve_layout(tuple(x.shape)),
                                                                backend=self.backend))).reshape(()))
-        if self.histogram is None:
-            self.bin_edges = np.linspace(0, x_max, self.num_bins + 1, dtype=np.float32)
-            self.histogram = self._counts(x, self.num_bins, x_max)
+        if self.histogram is None or (x_max > self.bin_edges[-1] and not self.histogram[1:].any()):
+            # The first batch, or the first with a non-zero value: the range starts anew from this batch
+            # (the zeros so far stay in bin 0, inside every range).
+            zeros = 0 if self.histogram is None else self.histogram[0]
+            self.bin_edges = _first_edges(x_max, self.num_bins)
+            self.histogram = self._counts(x)
+            self.histogram[0] += zeros
             return
-        top = self.bin_edges[-1]
-        if x_max > top:
-            width = self.bin_edges[1] - self.bin_edges[0]
-            nbins = int(math.ceil(float(x_max / width)))
-            self.bin_edges = (np.arange(nbins + 1, dtype=np.float32) * width).astype(np.float32)
-            top = self.bin_edges[-1]
-        hist = self._counts(x, len(self.bin_edges) - 1, top)
-        hist[:self.histogram.size] += self.histogram
+        old = self._grow(x_max) if x_max > self.bin_edges[-1] else self.histogram
+        hist = self._counts(x)
+        hist[:old.size] += old
         self.histogram = hist
 
     def compute_amax(self, method: Literal["entropy", "mse", "percentile"] = "entropy", *, num_bits: int = 8,
                      unsigned: bool = False, stride: int = 1, start_bin: int = 128,
                      percentile: float = 99.99) -> np.float32 | None:
-        """The calibrated amax (float32), or None before any batch.
+        """The calibrated amax (float32, finite), or None before any batch.
 
-        ``"entropy"``: the edge ``i`` (from ``start_bin``) minimising KL(P ‖ Q), P the
-        histogram clipped at ``i`` (outliers folded into the last bin), Q it merged
-        into ``2**(num_bits - 1 + unsigned)`` levels; the last minimum wins.
-        ``"mse"``: the bin centre minimising the count-weighted error of fake
-        quantizing the centres with that amax. ``"percentile"``: the left edge of
-        the first bin whose CDF reaches ``percentile`` %.
+        ``"entropy"``: the edge ``i`` (from ``start_bin``, every ``stride``-th) minimising
+        KL(P ‖ Q), P the histogram clipped at ``i`` (outliers folded into the last bin), Q it
+        merged into ``2**(num_bits - 1 + unsigned)`` levels; the last minimum wins.
+        ``"mse"``: the bin centre (from ``start_bin``, every ``stride``-th) minimising the
+        count-weighted error of fake quantizing the centres with that amax. ``"percentile"``:
+        the left edge of the first bin whose CDF reaches ``percentile`` %.
         """
-        if method not in ("entropy", "mse", "percentile"):
-            raise ValueError(f"method={method!r} is not allowed; use one of ['entropy', 'mse', 'percentile']")
-        if isinstance(num_bits, bool) or not isinstance(num_bits, (int, np.integer)) or not 2 <= num_bits <= 16:
-            raise ValueError(f"num_bits={num_bits!r} must be an int in [2, 16]")
-        if isinstance(start_bin, bool) or not isinstance(start_bin, (int, np.integer)) or start_bin < 0:
-            raise ValueError(f"start_bin={start_bin!r} must be an int >= 0")
-        if isinstance(stride, bool) or not isinstance(stride, (int, np.integer)) or stride < 1:
-            raise ValueError(f"stride={stride!r} must be an int >= 1")
+        check_choice("method", method, ("entropy", "mse", "percentile"))
+        _check_int("num_bits", num_bits, 2, 16)
+        if not isinstance(unsigned, (bool, np.bool_)):
+            raise TypeError(f"unsigned={unsigned!r} must be True or False")
+        _check_int("stride", stride, 1)
+        _check_int("start_bin", start_bin, 0)
+        if isinstance(percentile, (bool, np.bool_)) or not isinstance(percentile, (int, float, np.integer,
+                                                                                   np.floating)):
+            raise TypeError(f"percentile={percentile!r} must be a real number")
+        if not 0 <= percentile <= 100:
+            raise ValueError(f"percentile={percentile!r} must be within [0, 100]")
         if self.histogram is None:
             return None
         hist, edges = self.histogram, self.bin_edges
         if method == "percentile":
-            if not 0 <= percentile <= 100:
-                raise ValueError(f"percentile={percentile!r} must be within [0, 100]")
             total = hist.sum()
             if total == 0:
                 return np.float32(0)
@@ -191,9 +254,40 @@ class HistogramCalibrator:
             return np.float32(edges[min(int(np.searchsorted(cdf, percentile / 100)), len(edges) - 1)])
         if start_bin >= len(hist):
             raise ValueError(f"start_bin={start_bin} must be below the number of bins {len(hist)}")
+        if method == "entropy" and start_bin == 0:  # modelopt: an IndexError
+            raise ValueError("start_bin=0 is not allowed with method='entropy' (the candidate amax edge 0 clips "
+                             "everything); use start_bin >= 1")
         if method == "entropy":
             return _amax_entropy(hist, edges, num_bits, unsigned, stride, start_bin)
-        return _amax_mse(hist, edges, num_bits, unsigned, start_bin)
+        return _amax_mse(hist, edges, num_bits, unsigned, stride, start_bin)
+
+
+def _check_int(name: str, value, low: int, high: int | None = None) -> None:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}={value!r} must be an int")
+    if value < low or (high is not None and value > high):
+        raise ValueError(f"{name}={value!r} must be an int " + (f">= {low}" if high is None else f"in [{low}, {high}]"))
+
+
+def _uniform_edges(n: int, width: float) -> np.ndarray:
+    """``m * width`` for ``m`` in ``0..n``, rounded to float32 once (exact for ``n < 2**24``).
+
+    An edge past float32's max becomes the max (a partial last bin).
+    """
+    return np.minimum(np.arange(n + 1) * width, _F32_MAX).astype(np.float32)
+
+
+def _first_edges(x_max: np.float32, n: int) -> np.ndarray:
+    """The first batch's edges: ``linspace(0, x_max, n + 1)`` in float32 (torch.linspace).
+
+    That needs a normal step ``x_max / n`` (it increases strictly then: each edge is off by at
+    most ``n * 2**-24`` steps, and ``n <= 2**20``). A zero or tiny ``x_max`` takes the step
+    rounded up to a whole number of subnormals (at least one) instead, and a top edge
+    ``n * step >= x_max``.
+    """
+    if float(x_max) / n >= _F32_NORMAL:
+        return np.linspace(0, x_max, n + 1, dtype=np.float32)
+    return _uniform_edges(n, _F32_TINY * max(1, math.ceil(float(x_max) / (n * _F32_TINY))))
 
 
 def _kl(p: np.ndarray, q: np.ndarray) -> float:
@@ -220,31 +314,36 @@ def _amax_entropy(hist, edges, num_bits, unsigned, stride, start_bin) -> np.floa
         dig = np.digitize(np.arange(i), space) - 1
         ref = bins[:i]
         valid = ref != 0
-        sums = np.bincount(dig[valid], weights=ref[valid], minlength=nq)
+        sums = np.bincount(dig[valid], weights=ref[valid], minlength=nq)  # int64 zeros when nothing is valid
         cnt = np.bincount(dig[valid], minlength=nq)
-        dens = np.divide(sums, cnt, out=np.zeros_like(sums), where=cnt > 0)
+        dens = np.divide(sums, cnt, out=np.zeros(nq), where=cnt > 0)
         new = np.where(valid, dens[np.clip(dig, 0, nq - 1)], 0.0)
         reference = ref.copy()
         reference[-1] += tail[i]
+        # Data away from zero leaves bins[:i] all zero for small i, so Q = 0: KL = inf, never the minimum
+        # unless every candidate is. (modelopt: scipy's entropy gives NaN, and np.argmin picks the NaN, so
+        # it returns the last such edge, below every value.)
         divergences.append(_kl(reference, new))
     d = np.array(divergences)
     last_argmin = len(d) - 1 - int(np.argmin(d[::-1]))
     return np.float32(edges[last_argmin * stride + start_bin])
 
 
-def _amax_mse(hist, edges, num_bits, unsigned, start_bin) -> np.float32:
-    centers = ((edges[1:] + edges[:-1]) / np.float32(2)).astype(np.float32)
+def _amax_mse(hist, edges, num_bits, unsigned, stride, start_bin) -> np.float32:
+    # float32 (a + b) / 2, computed without overflowing next to float32's max
+    centers = ((edges[1:].astype(np.float64) + edges[:-1]) / 2).astype(np.float32)
     counts = hist.astype(np.float64)
     maxbound = np.float32((1 << (num_bits - 1 + int(unsigned))) - 1)
     minbound = np.float32(0) if unsigned else -maxbound
     best, best_i = math.inf, start_bin
-    for i in range(start_bin, len(centers)):
+    for i in range(start_bin, len(centers), stride):
         amax = centers[i]
         if amax <= np.float32(2.0 ** -24):
             q = np.zeros_like(centers)
         else:
             s = maxbound / amax
-            q = np.clip(np.rint(centers * s), minbound, maxbound) / s
+            with np.errstate(over="ignore"):  # centres far above amax: inf, clipped to maxbound
+                q = np.clip(np.rint(centers * s), minbound, maxbound) / s
         mse = float(np.mean((q.astype(np.float64) - centers) ** 2 * counts))
         if mse < best:
             best, best_i = mse, i

@@ -372,11 +372,14 @@ def test_max_calibrator(backend):
         _same(got.compute_amax(), ref.compute_amax())
 
 
-@pytest.mark.parametrize("skip_zeros", [False, True])
-def test_histogram_calibrator(backend, skip_zeros):
+@pytest.mark.parametrize(("skip_zeros", "huge"), [(False, False), (True, False), (False, True)])
+def test_histogram_calibrator(backend, skip_zeros, huge):
+    """``huge``: a last batch up to float32's max (coarser bins, a partial last bin, ``|x| * nbins`` overflowing)."""
     got, ref = (nbquant.HistogramCalibrator(num_bins=64, skip_zeros=skip_zeros, backend=b)
                 for b in (backend, "reference"))
-    for b in _batches():
+    fmax = np.finfo(np.float32).max
+    extra = [np.append(np.random.default_rng(12).uniform(-fmax, fmax, 40), fmax).astype(np.float32)] if huge else []
+    for b in _batches() + extra:
         got.collect(b)
         ref.collect(b)
     _same((got.histogram, got.bin_edges), (ref.histogram, ref.bin_edges))

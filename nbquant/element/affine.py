@@ -32,6 +32,8 @@ __all__ = [
 
 #: modelopt's "amax is zero" threshold, ``2**-24``.
 AMAX_TINY = np.float32(2.0 ** -24)
+#: The largest finite float32.
+F32_MAX = np.float32(np.finfo(np.float32).max)
 
 
 @element_function
@@ -200,10 +202,13 @@ def ste_value(g, x, lo, hi):
 def histogram_bin(x, fn, top, nbins):
     """The bin of ``|x|`` over ``[0, top]`` in ``nbins`` bins (torch.histc's rule), or -1 (NaN, above ``top``).
 
-    ``int(|x| * nbins / top)`` in float32, the right edge in the last bin. The quotient is
+    ``int(|x| * nbins / top)`` in float32, the right edge in the last bin; where ``|x| * nbins``
+    overflows (``|x| > FLT_MAX / nbins``, so only for a ``top`` that large) ``int(|x| * (nbins / top))``
+    instead (a loop-invariant quotient: no second division per element). The quotient is
     selected before the int32 conversion, so NaN and values above ``top`` never reach it, and
     a loop of this function vectorizes (AVX2 has no packed float → int64 conversion).
     """
     v = abs(load_f32(x))
-    q = (v * fn) / top if v <= top else np.float32(-1.0)
+    p = v * fn
+    q = (p / top if p <= F32_MAX else v * (fn / top)) if v <= top else np.float32(-1.0)
     return min(np.int32(q), np.int32(nbins - 1))

@@ -140,10 +140,14 @@ class DynamicOps:
         store_floats(out, np.where(keep, _f32(grad), np.float32(0)))
 
     def abs_histogram(self, x, nbins: int, top) -> np.ndarray:
-        """Counts of ``|x|`` in ``nbins`` bins over ``[0, top]``: ``bin = int(|x| * nbins / top)`` in float32."""
+        """Counts of ``|x|`` in ``nbins`` bins over ``[0, top]``: ``bin = int(|x| * nbins / top)`` in float32.
+
+        Where ``|x| * nbins`` overflows, ``int(|x| * (nbins / top))`` (``nbquant.element.histogram_bin``).
+        """
         v = np.abs(_f32(x)).reshape(-1)
-        t = np.float32(top)
-        with np.errstate(invalid="ignore", divide="ignore"):
+        t, fn = np.float32(top), np.float32(nbins)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             v = v[v <= t]
-            b = ((v * np.float32(nbins)) / t).astype(np.int64)
+            p = v * fn
+            b = np.where(p <= np.finfo(np.float32).max, p / t, v * (fn / t)).astype(np.int64)
         return np.bincount(np.minimum(b, nbins - 1), minlength=nbins).astype(np.int64)
