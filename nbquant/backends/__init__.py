@@ -10,7 +10,9 @@ Which backend runs a call, first match wins: the call's ``backend=``, the innerm
 variable, then ``"auto"``. ``"auto"`` picks ``cuda`` for CUDA device arrays (numba,
 ``__cuda_array_interface__`` or CUDA DLPack), else ``cpu``, else ``reference``. A
 backend named explicitly that cannot run, or a device array when ``cuda`` cannot run
-or a host-only backend is named, raises :class:`BackendUnavailableError` saying why.
+or a host-only backend is named, raises :class:`BackendUnavailableError` saying why. The
+``cpu`` backend runs even where its compile cache cannot be used (it emits a
+:class:`NumbaCacheWarning` and compiles without it), so it stays available there.
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ from typing import NamedTuple
 import numpy as np
 
 from ._device import is_device_array, use_cuda_stream
+from ._warning import NumbaCacheWarning
 from .interface import Backend
 
 __all__ = [
     "Backend",
     "BackendInfo",
     "BackendUnavailableError",
+    "NumbaCacheWarning",
     "backends",
     "set_backend",
     "get_backend",

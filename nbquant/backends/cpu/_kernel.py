@@ -10,9 +10,12 @@ parallel. This replaces Numba's ``parallel=True``, which costs twice the compile
 whose default OpenMP layer kills a ``fork()``-ed child (a ``multiprocessing`` pool then
 hangs). A forked child starts a fresh pool.
 
-The decorator also keys the on-disk cache on the element package and this package:
-Numba keys a cached kernel on its own file only, so an edit to an inlined element
-function would otherwise silently reuse stale machine code.
+The decorator also owns the on-disk cache (:class:`KernelCache`). It keys it on the
+element package and this package: Numba keys a cached kernel on its own file only, so an
+edit to an inlined element function would otherwise silently reuse stale machine code.
+And the cache never makes a call fail: with no writable cache location the kernels are
+compiled uncached, a damaged cache file is recompiled and rewritten, and a failed write
+is skipped, each with a :class:`~nbquant.backends.NumbaCacheWarning`.
 """
 
 from __future__ import annotations
@@ -20,17 +23,20 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import numpy as np
 from numba import njit
+from numba.core.caching import FunctionCache, IndexDataCacheFile, NullCache
 
 from ... import element
 from ...threads import get_num_threads
+from .._warning import NumbaCacheWarning
 
-__all__ = ["cpu_kernel", "CpuKernel", "KERNELS", "source_digest", "parallel_parts", "part_range", "work_unit",
-           "row_tile", "ROW_TILE", "PART_BYTES"]
+__all__ = ["cpu_kernel", "CpuKernel", "KernelCache", "KERNELS", "source_digest", "parallel_parts", "part_range",
+           "work_unit", "row_tile", "ROW_TILE", "PART_BYTES"]
 
 #: Every kernel made by :func:`cpu_kernel`, in definition order.
 KERNELS: list[CpuKernel] = []
@@ -51,6 +57,90 @@ def source_digest() -> bytes:
 
 
 _DIGEST = source_digest()
+#: What each :class:`NumbaCacheWarning` of this process was about (a warning is emitted once per subject).
+_WARNED: set = set()
+
+
+def _warn_once(subject, message: str) -> None:
+    if subject not in _WARNED:
+        _WARNED.add(subject)
+        warnings.warn(message, NumbaCacheWarning, stacklevel=2)
+
+
+class _CacheFile(IndexDataCacheFile):
+    """Numba's index and data files of one kernel, where a damaged file reads as a cache miss.
+
+    A truncated or overwritten file fails to unpickle (``EOFError``, ``UnpicklingError``,
+    or whatever the garbage decodes to); Numba would raise that on every call of every
+    process. Here the entry is missed instead: the kernel is recompiled and the entry
+    rewritten. A missing or unreadable file (``OSError``) is left to Numba.
+    """
+
+    def _damaged(self, path: str, exc: Exception) -> None:
+        _warn_once(("damaged", path), f"nbquant: the compile cache file {path} is damaged ({type(exc).__name__}: "
+                                      f"{exc}); the kernel is recompiled and the file rewritten")
+
+    def _load_index(self):
+        try:
+            return super()._load_index()
+        except OSError:
+            raise
+        except Exception as exc:  # unpickling damaged bytes can raise anything
+            self._damaged(self._index_path, exc)
+            return {}
+
+    def _load_data(self, name):
+        try:
+            return super()._load_data(name)
+        except OSError:
+            raise
+        except Exception as exc:  # unpickling damaged bytes can raise anything
+            self._damaged(self._data_path(name), exc)
+            return None
+
+
+class KernelCache(FunctionCache):
+    """The on-disk cache of one CPU kernel: Numba's, keyed on :func:`source_digest` too, and never fatal.
+
+    Its file object is a :class:`_CacheFile` (a damaged file is a miss), its source stamp
+    ``(numba's stamp of the kernel's file, source_digest())``, and a write that fails
+    with an ``OSError`` (a full disk, a directory turned read-only) is skipped.
+
+    Raises
+    ------
+    RuntimeError
+        Numba's "no locator available" when no cache location is writable.
+    """
+
+    def __init__(self, py_func) -> None:
+        super().__init__(py_func)
+        numba_file = self._cache_file
+        self._cache_file = _CacheFile(numba_file._cache_path, self._impl.filename_base,
+                                      (numba_file._source_stamp, _DIGEST))
+
+    def save_overload(self, sig, data) -> None:
+        """Save the compiled ``data`` of ``sig``, or warn (once per directory) when it cannot be written."""
+        try:
+            super().save_overload(sig, data)
+        except OSError as exc:
+            _warn_once(("unwritable", self._cache_path), f"nbquant: cannot write the compile cache in "
+                       f"{self._cache_path} ({exc}); the kernel runs uncached, so the next process compiles it again "
+                       "(other writes there that fail are skipped silently). Free space there, or set "
+                       "NUMBA_CACHE_DIR to a writable directory.")
+
+
+def _kernel_cache(fn) -> KernelCache | NullCache:
+    """A :class:`KernelCache` for ``fn``, or Numba's no-op cache (warning once) when no location is writable."""
+    try:
+        return KernelCache(fn)
+    except RuntimeError as exc:
+        if "no locator available" not in str(exc):  # not the environment: e.g. a bad NUMBA_CACHE_LOCATOR_CLASSES
+            raise
+        _warn_once("no locator", "nbquant: no writable location for the compile cache of the cpu kernels (neither "
+                   "NUMBA_CACHE_DIR, if set, nor the package's __pycache__, nor the user cache directory), so they "
+                   "are compiled without caching: every process compiles each kernel it uses again (0.3 s to a few "
+                   "seconds each). Set NUMBA_CACHE_DIR to a writable directory to cache them.")
+        return NullCache()
 
 
 def parallel_parts(nbytes: int) -> int:
@@ -95,9 +185,8 @@ class CpuKernel:
     """
 
     def __init__(self, fn) -> None:
-        self.dispatcher = njit(cache=True, error_model="numpy", nogil=True)(fn)
-        cache_file = self.dispatcher._cache._cache_file
-        cache_file._source_stamp = (cache_file._source_stamp, _DIGEST)
+        self.dispatcher = njit(error_model="numpy", nogil=True)(fn)
+        self.dispatcher._cache = _kernel_cache(fn)  # what njit(cache=True) installs, made robust
         self.__name__ = fn.__name__
         self.__qualname__ = fn.__qualname__
         self.__doc__ = fn.__doc__
@@ -126,8 +215,8 @@ class CpuKernel:
 def cpu_kernel(fn) -> CpuKernel:
     """Compile ``fn(part, parts, *args)`` as a :class:`CpuKernel` and add it to :data:`KERNELS`.
 
-    The on-disk cache is keyed on :func:`source_digest` too (numba is pinned below
-    0.69, whose ``Cache`` keeps the stamp in ``_cache_file._source_stamp``).
+    The on-disk cache is a :class:`KernelCache` (numba is pinned below 0.69, whose
+    ``Cache`` and ``IndexDataCacheFile`` it extends).
     """
     kernel = CpuKernel(fn)
     KERNELS.append(kernel)
