@@ -14,6 +14,7 @@ from .api import dequantize, quantize
 from .backends import (
     BackendInfo,
     BackendUnavailableError,
+    NumbaCacheWarning,
     backends,
     get_backend,
     set_backend,
@@ -48,6 +49,7 @@ __all__ = [
     "HistogramCalibrator",
     "MaxCalibrator",
     "NF4Quantized",
+    "NumbaCacheWarning",
     "PackedCodes",
     "QuantFormat",
     "__version__",
