@@ -21,7 +21,6 @@ copy.
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -38,7 +37,7 @@ from .backends import (
 )
 from .formats import get_format
 from .spec import BlockSpec
-from .validation import check_choice, check_out_dtype
+from .validation import check_bool, check_choice, check_float_scalar, check_int, check_out_dtype
 
 __all__ = ["MX_FORMATS", "BlockQuantized", "quantize_mx", "dequantize_mx", "quantize_nvfp4", "dequantize_nvfp4"]
 
@@ -95,18 +94,15 @@ class BlockQuantized:
         True
         """
         if self.format == "nvfp4":
-            return dequantize_nvfp4(self.data, self.scales, self.global_scale, axis=self.axis,
-                                    block_size=self.block_size, out_dtype=out_dtype, backend=backend)
+            return _dequantize_nvfp4(self.data, self.scales, np.float32(self.global_scale), self.axis,
+                                     self.block_size, out_dtype, backend)
         return dequantize_mx(self.data, self.scales, self.format, axis=self.axis, block_size=self.block_size,
                              packed=self.packed, out_dtype=out_dtype, backend=backend)
 
 
 def check_blocking(shape: tuple[int, ...], axis, block_size, packed: bool) -> tuple[int, int]:
-    try:
-        k = operator.index(axis)
-        b = operator.index(block_size)
-    except TypeError:
-        raise TypeError(f"axis={axis!r} and block_size={block_size!r} must be ints") from None
+    """The normalised blocked ``axis`` and ``block_size`` (positive, even when ``packed``) for ``shape``."""
+    k, b = check_int("axis", axis), check_int("block_size", block_size)
     if not shape:
         raise ValueError("block formats need an input with at least one dimension")
     if not -len(shape) <= k < len(shape):
@@ -177,12 +173,11 @@ def _mx_spec(format: str, block_size: int, packed, round_up: bool = False, out_d
     name = check_choice("format", format, tuple(MX_FORMATS))
     element_name, emax = MX_FORMATS[name]
     element = get_format(element_name)
-    if not isinstance(packed, (bool, np.bool_)):
-        raise TypeError(f"packed={packed!r} must be True or False")
+    packed = check_bool("packed", packed)
     if packed and element.bits != 4:
         raise ValueError(f"packed=True applies to mxfp4 only; {name} has {element.bits}-bit elements")
     max_value = _MXINT8_MAX if not element.is_float else element.max_value
-    return BlockSpec(element, block_size, bool(packed), emax, max_value, round_up, 1.0, np.dtype(out_dtype))
+    return BlockSpec(element, block_size, packed, emax, max_value, round_up, 1.0, np.dtype(out_dtype))
 
 
 def quantize_mx(
@@ -258,10 +253,7 @@ def _check_codes(data, scales, spec: BlockSpec, axis, block_size, scale_dtype) -
         raise TypeError(f"scales has dtype {scales.dtype}; expected {np.dtype(scale_dtype)} (or its uint8 bits)")
     k, b = check_blocking(tuple(data.shape), axis, 1, False)
     n = data.shape[k] * (2 if spec.packed else 1)
-    try:
-        b = operator.index(block_size)
-    except TypeError:
-        raise TypeError(f"block_size={block_size!r} must be an int") from None
+    b = check_int("block_size", block_size)
     if b < 1 or n % b:
         raise ValueError(f"block_size={b} does not divide the unpacked length {n} of axis {k}")
     want = data.shape[:k] + (n // b,) + data.shape[k + 1:]
@@ -316,10 +308,7 @@ def _global_scale(impl, x: np.ndarray, global_scale) -> np.float32:
                              "make every value NaN. Pass finite data, or an explicit global_scale (then a block with "
                              "inf saturates and a block with NaN decodes to NaN)")
         return np.float32(1.0) if amax == 0 else np.float32(amax / _NVFP4_GLOBAL_DIVISOR)
-    g = np.asarray(global_scale, dtype=np.float32)
-    if g.size != 1 or not np.isfinite(g).all() or not (g > 0).all():
-        raise ValueError(f"global_scale must be one finite value > 0; got {global_scale!r}")
-    return np.float32(g.reshape(()))
+    return check_float_scalar("global_scale", global_scale, positive=True)
 
 
 def quantize_nvfp4(
@@ -393,8 +382,10 @@ def dequantize_nvfp4(
     scales : array_like
         E4M3 block scales: ``float8_e4m3fn`` or their uint8 bits.
     global_scale : float or array_like
-        One value, the float32 per-tensor scale (``BlockQuantized.global_scale``, a
-        ``numpy.float32``).
+        One finite value > 0, the float32 per-tensor scale (``BlockQuantized.global_scale``,
+        a ``numpy.float32``). The 0 that :func:`quantize_nvfp4` computes for data whose
+        ``amax / 2688`` underflows float32 is refused here; ``BlockQuantized.dequantize``
+        decodes it (to zeros).
     axis, block_size, out_dtype, backend
         As in :func:`dequantize_mx` (``block_size`` defaults to NVFP4's 16).
 
@@ -405,12 +396,14 @@ def dequantize_nvfp4(
     >>> nbquant.dequantize_nvfp4(bq.data, bq.scales, bq.global_scale, block_size=4)
     array([ 0.5, -1. ,  2. ,  6. ], dtype=float32)
     """
+    g = check_float_scalar("global_scale", global_scale, positive=True)
+    return _dequantize_nvfp4(data, scales, g, axis, block_size, out_dtype, backend)
+
+
+def _dequantize_nvfp4(data, scales, g: np.float32, axis, block_size, out_dtype, backend) -> np.ndarray:
+    """:func:`dequantize_nvfp4` with a checked (or :func:`quantize_nvfp4`-computed) float32 global scale ``g``."""
     spec = BlockSpec(get_format("float4_e2m1fn"), 1, True, out_dtype=check_out_dtype(out_dtype))
     data, scales, k, b, n = _check_codes(data, scales, spec, axis, block_size, ml_dtypes.float8_e4m3fn)
     impl = resolve_backend(backend, (data,))
-    g = np.asarray(global_scale, dtype=np.float32)
-    if g.size != 1:
-        raise ValueError(f"global_scale must be one value (the float32 per-tensor scale); got shape {g.shape}")
-    g = np.float32(g.reshape(()))
     spec = BlockSpec(spec.element, b, True, global_scale=g, out_dtype=spec.out_dtype)
     return _run_block_dequantize(impl.nvfp4_dequantize, data, scales, spec, k, n)

@@ -21,7 +21,7 @@ from .formats import get_format
 from .layout import BlockLayout, resolve_layout
 from .modes import Mapping, ScaleOp
 from .spec import DynamicSpec
-from .validation import check_choice, check_quant_range
+from .validation import check_bool, check_choice, check_float_scalar, check_quant_range
 
 __all__ = ["choose_qparams", "quantize_dynamic", "MappingName"]
 
@@ -34,15 +34,8 @@ DEFAULT_EPS = float(np.finfo(np.float32).smallest_normal)
 
 
 def _check_eps(eps) -> float:
-    if eps is None:
-        return DEFAULT_EPS
-    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, (int, float, np.integer, np.floating)):
-        raise TypeError(f"eps={eps!r} must be a float")
-    e = float(np.float32(eps))
-    if not (np.isfinite(e) and e > 0):
-        raise ValueError(f"eps={eps!r} must be finite and > 0 as a float32 (torchao's default is "
-                         f"{DEFAULT_EPS!r}, float32's smallest normal)")
-    return e
+    """The scale floor: finite and > 0 as a float32 (default: torchao's, float32's smallest normal)."""
+    return DEFAULT_EPS if eps is None else float(check_float_scalar("eps", eps, positive=True))
 
 
 def make_spec(x_shape, dtype, axis, block_size, mapping, quant_min, quant_max, eps, scale_op, narrow_range,
@@ -57,8 +50,8 @@ def make_spec(x_shape, dtype, axis, block_size, mapping, quant_min, quant_max, e
     code = _MAPPINGS[check_choice("mapping", mapping, tuple(_MAPPINGS))]
     if narrow_range is None:
         narrow_range = code == Mapping.MODELOPT
-    if not isinstance(narrow_range, (bool, np.bool_)):
-        raise TypeError(f"narrow_range={narrow_range!r} must be True, False or None")
+    else:
+        narrow_range = check_bool("narrow_range", narrow_range, none=True)
     if narrow_range and (quant_min is not None):
         raise ValueError(f"narrow_range=True sets quant_min=-quant_max; do not also pass quant_min={quant_min!r}")
     qmin, qmax = check_quant_range(fmt, quant_min, quant_max)
@@ -71,21 +64,20 @@ def make_spec(x_shape, dtype, axis, block_size, mapping, quant_min, quant_max, e
         if quant_max is not None or (quant_min is not None):
             raise ValueError("mapping='modelopt' takes its range from the format and narrow_range; "
                              f"leave quant_min/quant_max unset (got {quant_min!r}, {quant_max!r})")
-        if scale_op not in (None, "multiply"):
+        if not (scale_op is None or isinstance(scale_op, str) and scale_op == "multiply"):
             raise ValueError(f"scale_op={scale_op!r} is not allowed with mapping='modelopt', whose scale is a "
                              "multiplier (maxbound / amax); use scale_op='multiply' or leave it unset")
         op, reciprocal = ScaleOp.MULTIPLY, False
     else:
         op_name = check_choice("scale_op", "reciprocal" if scale_op is None else scale_op, ("reciprocal", "divide"))
         op, reciprocal = ScaleOp.DIVIDE, op_name == "reciprocal"
-    if not isinstance(packed, (bool, np.bool_)):
-        raise TypeError(f"packed={packed!r} must be True or False")
+    packed = check_bool("packed", packed)
     if packed:
         from .api import _check_packed
 
         _check_packed(packed, fmt, layout.shape[-1])
     return DynamicSpec(fmt, layout, code, qmin, qmax, (qmax - qmin) / 2, _check_eps(eps),
-                       int((qmax + qmin + 1) / 2), float(qmax), op, reciprocal, bool(packed))
+                       int((qmax + qmin + 1) / 2), float(qmax), op, reciprocal, packed)
 
 
 def _param_shape(layout: BlockLayout, block_size) -> tuple[int, ...]:

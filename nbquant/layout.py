@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["BlockLayout", "resolve_layout", "canonical_dims", "param_grid", "canonical_views", "row_blocks"]
+__all__ = ["BlockLayout", "as_int", "resolve_layout", "canonical_dims", "param_grid", "canonical_views", "row_blocks"]
 
 
 @dataclass(frozen=True)
@@ -72,21 +72,31 @@ class BlockLayout:
 
 
 def _normalise_axis(axis, ndim: int) -> int:
-    try:
-        k = operator.index(axis)
-    except TypeError:
-        raise TypeError(f"axis={axis!r} must be an int or None") from None
+    k = as_int("axis", axis, "an integer or None")
     if not -ndim <= k < ndim:
         raise ValueError(f"axis={axis} is out of range for an input of {ndim} dimension(s); "
                          f"use -{ndim} <= axis < {ndim}")
     return k % ndim
 
 
-def _as_int(name: str, value) -> int:
+def as_int(name: str, value, allowed: str = "an integer") -> int:
+    """``value`` as an int: a Python or NumPy integer (a float, a string or a bool raises TypeError naming ``name``).
+
+    Examples
+    --------
+    >>> as_int("axis", np.int64(-1))
+    -1
+    >>> as_int("axis", True)
+    Traceback (most recent call last):
+    ...
+    TypeError: axis=True must be an integer, not a bool
+    """
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}={value!r} must be {allowed}, not a bool")
     try:
         return operator.index(value)
     except TypeError:
-        raise TypeError(f"{name}={value!r} must be an int") from None
+        raise TypeError(f"{name}={value!r} must be {allowed}") from None
 
 
 def resolve_layout(shape: tuple[int, ...], axis=None, block_size=None) -> BlockLayout:
@@ -136,13 +146,13 @@ def resolve_layout(shape: tuple[int, ...], axis=None, block_size=None) -> BlockL
         if len(block_size) != ndim:
             raise ValueError(f"block_size={tuple(block_size)!r} has {len(block_size)} entries but the input has "
                              f"{ndim} dimension(s) {shape}; give one block length per dimension")
-        block = tuple(_as_int("block_size", b) for b in block_size)
+        block = tuple(as_int("block_size", b) for b in block_size)
         for d, (n, b) in enumerate(zip(shape, block, strict=True)):
             if b < 1 or (n > 0 and (b > n or n % b)):
                 raise ValueError(f"block_size={block!r}: entry {d} is {b}, which does not divide dimension {d} of "
                                  f"size {n}; each entry must be a divisor of its dimension (1 .. {n})")
         return BlockLayout(shape, block, "block_size")
-    b = _as_int("block_size", block_size)
+    b = as_int("block_size", block_size)
     if axis is None:
         raise ValueError(f"block_size={b} needs axis= to say which dimension is blocked "
                          "(or pass a tuple with one block length per dimension)")

@@ -17,8 +17,6 @@ per block (modelopt's dynamic quantization, ``reduce_amax``).
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
 import numpy.typing as npt
 
@@ -31,9 +29,9 @@ from .backends import (
     resolve_backend,
 )
 from .formats import get_format
-from .layout import BlockLayout, param_grid, resolve_layout
+from .layout import BlockLayout, as_int, param_grid, resolve_layout
 from .spec import NO_FLOAT_FORMAT, AmaxSpec, DynamicSpec
-from .validation import FLOAT_INPUT_DTYPES
+from .validation import check_affine_range, check_amax, check_bool, check_int, show
 
 __all__ = [
     "reduce_amax",
@@ -76,17 +74,10 @@ def _negative_min(x, backend) -> bool:
 
 
 def _int_spec(num_bits, unsigned, narrow_range, layout) -> AmaxSpec:
-    if isinstance(num_bits, (bool, np.bool_)):
-        raise TypeError(f"num_bits={num_bits!r} must be an int (integer quantization) or an (E, M) tuple")
-    try:
-        n = operator.index(num_bits)
-    except TypeError:
-        raise TypeError(f"num_bits={num_bits!r} must be an int (integer quantization) or an (E, M) tuple") from None
+    n = as_int("num_bits", num_bits, "an integer (integer quantization) or an (E, M) tuple")
     if not 2 <= n <= 16:
         raise ValueError(f"num_bits={n} is not supported; use 2 <= num_bits <= 16 or (E, M) = (4, 3)")
-    for arg, v in (("unsigned", unsigned), ("narrow_range", narrow_range)):
-        if not isinstance(v, (bool, np.bool_)):
-            raise TypeError(f"{arg}={v!r} must be True or False")
+    unsigned, narrow_range = check_bool("unsigned", unsigned), check_bool("narrow_range", narrow_range)
     maxbound = (1 << (n - 1 + int(unsigned))) - 1
     minbound = 0 if unsigned else (-maxbound if narrow_range else -maxbound - 1)
     return AmaxSpec(None, layout, False, float(maxbound), minbound, maxbound, NO_FLOAT_FORMAT)
@@ -123,10 +114,10 @@ def block_sizes_to_layout(shape: tuple[int, ...], block_sizes: dict) -> BlockLay
     for k, v in block_sizes.items():
         if isinstance(k, str):
             continue
-        kk = operator.index(k)
+        kk = as_int("block_sizes key", k)
         if not -ndim <= kk < ndim:
             raise ValueError(f"block_sizes key {k} is out of range for an input of {ndim} dimension(s)")
-        axes[kk % ndim] = shape[kk % ndim] if v is None else operator.index(v)
+        axes[kk % ndim] = shape[kk % ndim] if v is None else check_int(f"block_sizes[{k}]", v, low=1)
     if not axes:
         raise ValueError(f"block_sizes={block_sizes!r} names no axis; use e.g. {{-1: 32}}")
     if len(axes) == 1:
@@ -152,12 +143,7 @@ def _layout(x: np.ndarray, amax, axis, block_size) -> BlockLayout:
 def _amax_grid(x, amax, layout, backend) -> np.ndarray:
     if amax is None:
         return _reduce_amax(x, layout, backend)
-    a = host_array(amax)
-    if a.dtype.kind not in "biuf" and a.dtype not in FLOAT_INPUT_DTYPES:
-        raise TypeError(f"amax has dtype {a.dtype}; use a float array or scalar")
-    a = a.astype(np.float32)
-    if (a < 0).any():
-        raise ValueError(f"amax must be >= 0 (modelopt: 'Negative values in amax'); got min {float(a.min())!r}")
+    a = check_amax(host_array(amax) if is_device_array(amax) else amax)
     try:
         grid = param_grid("amax", a, layout) if a.shape != tuple(layout.shape) or layout.num_blocks == a.size \
             else None
@@ -172,6 +158,8 @@ def reduce_amax(x: npt.ArrayLike, *, axis: int | None = None, block_size=None, l
                 backend: str | None = None) -> np.ndarray:
     """``max |x|`` per block (float32, the block grid); NaN if the block holds a NaN.
 
+    The blocks are given by ``axis``/``block_size`` or by a :class:`BlockLayout` of ``x``'s shape.
+
     Examples
     --------
     >>> import numpy as np, nbquant
@@ -180,7 +168,14 @@ def reduce_amax(x: npt.ArrayLike, *, axis: int | None = None, block_size=None, l
            [2.]], dtype=float32)
     """
     x = device_float_input(x)
-    layout = layout or resolve_layout(tuple(x.shape), axis, block_size)
+    if layout is None:
+        layout = resolve_layout(tuple(x.shape), axis, block_size)
+    elif not isinstance(layout, BlockLayout):
+        raise TypeError(f"layout={show(layout)} must be a nbquant.layout.BlockLayout (or pass axis=/block_size=)")
+    elif layout.shape != resolve_layout(tuple(x.shape)).shape:
+        raise ValueError(f"layout describes shape {layout.shape}, not x's shape {tuple(x.shape)}")
+    elif axis is not None or block_size is not None:
+        raise ValueError(f"axis={axis!r} and block_size={block_size!r} cannot be combined with layout=; pass one")
     return _like_input(x, _reduce_amax(x, layout, backend))
 
 
@@ -309,7 +304,7 @@ def scaled_e4m3(x: npt.ArrayLike, amax: npt.ArrayLike | None = None, E: int = 4,
     >>> nbquant.scaled_e4m3(np.array([1.0, 0.3, -2.0], np.float32), 2.0)
     array([ 1.       ,  0.2857143, -2.       ], dtype=float32)
     """
-    if (E, M) != (4, 3):
+    if (check_int("E", E, integral_float=True), check_int("M", M, integral_float=True)) != (4, 3):
         raise ValueError(f"E={E}, M={M}: modelopt's scaled_e4m3 supports E=4, M=3 only "
                          "(fake_tensor_quant takes num_bits=(5, 2) and (2, 1) too)")
     return fake_tensor_quant(x, amax, (4, 3), axis=axis, block_size=block_size, backend=backend)
@@ -329,7 +324,7 @@ def dynamic_block_quant(x: npt.ArrayLike, block_sizes: dict, num_bits: int | tup
           dtype=float32)
     """
     x = device_float_input(x)
-    if "scale_bits" in block_sizes:
+    if isinstance(block_sizes, dict) and "scale_bits" in block_sizes:
         raise ValueError(f"block_sizes={block_sizes!r}: scale_bits is not supported by dynamic_block_quant "
                          "(modelopt runs it on CUDA only, see docs/dynamic.md); use nbquant.quantize_nf4 (4-bit "
                          "with double quantization of the scales), nbquant.quantize_nvfp4 or nbquant.quantize_mx, "
@@ -340,27 +335,38 @@ def dynamic_block_quant(x: npt.ArrayLike, block_sizes: dict, num_bits: int | tup
     return fake_tensor_quant(x, None, num_bits, unsigned, narrow_range, axis=axis, block_size=bs, backend=backend)
 
 
-def _scalar(name: str, v) -> np.float32:
-    a = np.asarray(v)
-    if a.size != 1 or a.dtype.kind not in "biuf":
-        raise TypeError(f"{name}={v!r} must be one float (per-tensor)")
-    f = np.float32(a.reshape(()))
-    if not np.isfinite(f):
-        raise ValueError(f"{name}={v!r} must be finite")
-    return f
-
-
 def _affine_params(min_range, max_range, num_bits):
-    lo, hi = _scalar("min_range", min_range), _scalar("max_range", max_range)
-    if not lo < hi:
-        raise ValueError(f"min_range={float(lo)!r} must be below max_range={float(hi)!r}")
-    n = operator.index(num_bits) if not isinstance(num_bits, (bool, np.bool_)) else None
-    if n is None or not 2 <= n <= 16:
-        raise ValueError(f"num_bits={num_bits!r} must be an int in [2, 16]")
-    step = np.float32((hi - lo) / np.float32((1 << n) - 1))
+    """FakeAffine's float32 ``(step, qz, minb, maxb)``; a range whose output would be NaN or inf raises.
+
+    The outputs are the levels ``(q + qz) * step`` for ``minb <= q <= maxb``: all are
+    finite exactly when ``step`` is finite and > 0 and the two extreme levels are
+    finite. ``step`` is 0 when ``max_range - min_range`` is below about ``(2**n - 1) *
+    2**-150`` (a subnormal step is fine), inf when that difference overflows float32;
+    an extreme level overflows for a range reaching near float32's largest value.
+    """
+    lo, hi = check_affine_range(min_range, max_range)
+    n = check_int("num_bits", num_bits, low=2, high=16)
     minb, maxb = -(1 << (n - 1)), (1 << (n - 1)) - 1
-    qz = np.float32(np.rint(lo / step) - np.float32(minb))
-    return lo, hi, step, qz, minb, maxb
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        width = hi - lo
+        step = np.float32(width / np.float32((1 << n) - 1))
+        qz = np.float32(np.rint(lo / step) - np.float32(minb))
+        levels = np.array([(np.float32(minb) + qz) * step, (np.float32(maxb) + qz) * step])
+    if not (np.isfinite(step) and step > 0 and np.isfinite(levels).all()):
+        largest = f"{float(np.finfo(np.float32).max):.8g}"
+        if not np.isfinite(width):
+            why, fix = f"max_range - min_range overflows float32 (largest {largest})", "narrow the range"
+        elif step == 0:
+            why = (f"the step (max_range - min_range) / (2**{n} - 1) = {float(width) / ((1 << n) - 1):.3g} underflows "
+                   "to 0 in float32")
+            fix = f"use max_range - min_range >= {((1 << n) - 1) * 2.0 ** -149:.3g}"
+        else:
+            why = (f"the {'lowest' if not np.isfinite(levels[0]) else 'highest'} output level (q + zero point) * step "
+                   f"overflows float32 (largest {largest})")
+            fix = "narrow the range"
+        raise ValueError(f"min_range={min_range!r}, max_range={max_range!r}, num_bits={n}: {why}, so the output "
+                         f"would be NaN or inf; {fix}")
+    return step, qz, minb, maxb
 
 
 def fake_affine_tensor_quant(x: npt.ArrayLike, min_range: float, max_range: float, num_bits: int = 8, *,
@@ -377,7 +383,7 @@ def fake_affine_tensor_quant(x: npt.ArrayLike, min_range: float, max_range: floa
     array([-1.,  0.,  0.,  2.], dtype=float32)
     """
     x = device_float_input(x)
-    _, _, step, qz, minb, maxb = _affine_params(min_range, max_range, num_bits)
+    step, qz, minb, maxb = _affine_params(min_range, max_range, num_bits)
     out = _empty_like_input(x, _out_dtype(x))
     if x.size:
         resolve_backend(backend, (x,)).fake_affine(x, step, qz, minb, maxb, out)
@@ -427,7 +433,7 @@ def fake_affine_tensor_quant_backward(grad_output: npt.ArrayLike, x: npt.ArrayLi
     array([0., 1., 1.], dtype=float32)
     """
     g, x = _grad_pair(grad_output, x)
-    lo, hi = _scalar("min_range", min_range), _scalar("max_range", max_range)
+    lo, hi = check_affine_range(min_range, max_range)
     layout = resolve_layout(tuple(x.shape))
     out = _empty_like_input(x, _out_dtype(g))
     if x.size:

@@ -17,7 +17,7 @@ from .backends import device_copy, device_float_input, host_array, is_device_arr
 from .block_formats import check_blocking, empty_result
 from .formats import get_format
 from .spec import BlockSpec
-from .validation import check_out_dtype
+from .validation import check_int, check_out_dtype
 
 __all__ = ["NF4Quantized", "quantize_nf4"]
 
@@ -157,14 +157,13 @@ def quantize_nf4(
     """
     x = device_float_input(x)
     _, b = check_blocking((int(x.size),), 0, block_size, True)
+    scale_bits = check_int("scale_bits", scale_bits, low=2, high=8)
     if scale_block_size is not None:
         nblocks = x.size // b
-        sb = scale_block_size
-        if isinstance(sb, bool) or not isinstance(sb, (int, np.integer)) or sb < 1 or nblocks % sb:
+        sb = check_int("scale_block_size", scale_block_size)
+        if sb < 1 or nblocks % sb:
             raise ValueError(f"scale_block_size={scale_block_size!r} must be a positive int dividing the number of "
                              f"blocks, {nblocks} (x.size={x.size} / block_size={b})")
-        if not isinstance(scale_bits, int) or not 2 <= scale_bits <= 8:
-            raise ValueError(f"scale_bits={scale_bits!r} must be an int from 2 to 8")
     impl = resolve_backend(backend, (x,))
     spec = BlockSpec(get_format("uint4"), b, True)
     device = is_device_array(x)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import operator
+import math
 
 import ml_dtypes
 import numpy as np
 
 from .formats import QuantFormat
-from .layout import BlockLayout, param_grid
+from .layout import BlockLayout, as_int, param_grid
 
 __all__ = [
     "FLOAT_INPUT_DTYPES",
@@ -21,6 +21,14 @@ __all__ = [
     "check_choice",
     "check_out_dtype",
     "check_float_format_arguments",
+    "as_real_array",
+    "show",
+    "check_finite",
+    "check_float_scalar",
+    "check_int",
+    "check_bool",
+    "check_amax",
+    "check_affine_range",
 ]
 
 FLOAT_INPUT_DTYPES = tuple(map(np.dtype, (np.float32, np.float16, ml_dtypes.bfloat16, np.float64)))
@@ -37,14 +45,47 @@ def check_float_input(x, name: str = "x") -> np.ndarray:
     return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)  # ascontiguousarray makes 0-d 1-d
 
 
-def _as_float_param(name: str, value) -> np.ndarray:
-    arr = np.asarray(value)
-    if arr.dtype.kind in "biu":
-        arr = arr.astype(np.float32)
-    elif arr.dtype not in FLOAT_INPUT_DTYPES:
-        raise TypeError(f"{name} has dtype {arr.dtype}; use a float ({_NAMES}) or integer array or scalar")
-    with np.errstate(over="ignore"):  # beyond float32 becomes inf, which the finiteness checks reject
-        return arr.astype(np.float32, copy=False)
+def show(value) -> str:
+    """``value`` as an error message shows it: its repr, or the dtype and shape of a large array."""
+    if isinstance(value, np.ndarray) and value.size > 8:
+        return f"<array of dtype {value.dtype} and shape {value.shape}>"
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def as_real_array(name: str, value) -> np.ndarray:
+    """``np.asarray(value)`` when it holds real numbers (integers or floats); else a TypeError naming ``name``.
+
+    Bools are refused (``True`` would silently be 1), also inside a list of numbers, as
+    are strings, complex numbers, None and other objects.
+
+    Examples
+    --------
+    >>> as_real_array("scale", [0.5, 2]).dtype
+    dtype('float64')
+    >>> as_real_array("scale", True)
+    Traceback (most recent call last):
+    ...
+    TypeError: scale has dtype bool: scale=True is a bool, not a number; use a float (float32, float16, bfloat16 \
+(ml_dtypes) or float64) or integer array or scalar
+    """
+    try:
+        arr = np.asarray(value)
+    except ValueError:  # ragged nesting
+        raise TypeError(f"{name}={show(value)} is not an array of numbers; use a float ({_NAMES}) or integer "
+                        "array or scalar") from None
+    if arr.dtype.kind not in "iu" and arr.dtype not in FLOAT_INPUT_DTYPES:
+        what = "is a bool, not a number" if arr.dtype.kind == "b" else "is not a real number"
+        raise TypeError(f"{name} has dtype {arr.dtype}: {name}={show(value)} {what}; use a float ({_NAMES}) or "
+                        "integer array or scalar")
+    if isinstance(value, (list, tuple)):  # NumPy turns [0.5, True] into [0.5, 1.0]
+        items = np.asarray(value, dtype=object)
+        is_bool = np.vectorize(lambda v: isinstance(v, (bool, np.bool_)), otypes=[bool])(items)
+        if is_bool.any():
+            index = np.unravel_index(int(np.argmax(is_bool)), is_bool.shape)
+            raise TypeError(f"{name}={show(value)} holds a bool, not a number: {name}{[int(i) for i in index]} is "
+                            f"{items[index]!r}; use a float ({_NAMES}) or integer array or scalar")
+    return arr
 
 
 def _all_within(arr: np.ndarray, low: float, high: float) -> bool:
@@ -55,59 +96,157 @@ def _all_within(arr: np.ndarray, low: float, high: float) -> bool:
     return arr.size == 0 or bool(arr.min() > low and arr.max() < high)
 
 
-def _first_bad(name: str, arr: np.ndarray, bad: np.ndarray, allowed: str) -> None:
+def _element(value, index: tuple[int, ...]):
+    """The element ``index`` of ``value`` as the user wrote it (a list element as a Python number)."""
+    if isinstance(value, np.ndarray):
+        return value[index]
+    if not index:
+        return value
+    return np.asarray(value)[index].item()
+
+
+def _conversion_note(given, converted) -> str:
+    """Why ``given`` fails once converted to ``converted``: ``"overflows float32 (...)"``, ``"is 0 in ..."``, ``""``."""
+    values = np.asarray(given)
+    if values.size != 1:
+        return ""
+    g, c = float(values.reshape(())), float(converted)
+    info = ml_dtypes.finfo(converted.dtype)
+    if math.isfinite(g) and not math.isfinite(c):
+        return f"overflows {converted.dtype} (largest finite value {float(info.max):.8g})"
+    if g != 0 and c == 0:
+        return f"is 0 in {converted.dtype} (smallest subnormal {float(info.smallest_subnormal):.3g})"
+    return ""
+
+
+def _first_bad(name: str, value, arr: np.ndarray, bad: np.ndarray, allowed: str) -> None:
+    """Raise naming the first element where ``bad``, as the user passed it (``value``; ``arr`` is its conversion)."""
     if bad.any():
         index = np.unravel_index(int(np.argmax(bad)), bad.shape) if bad.ndim else ()
         where = [int(i) for i in index] if index else ""
-        raise ValueError(f"{name} must be {allowed}; {name}{where} is {arr[index]!r}")
+        given = _element(value, index)
+        note = _conversion_note(given, arr[index])
+        raise ValueError(f"{name} must be {allowed}; {name}{where} is {given!r}{', which ' + note if note else ''}")
+
+
+def check_finite(name: str, value, dtype=np.float32, *, positive: bool = False) -> np.ndarray:
+    """Return ``value`` (real numbers) as a ``dtype`` array of its own shape; every value must be finite (and > 0).
+
+    The values are checked after the conversion, and a message shows the first bad
+    one as the user passed it, with why it fails: ``scale=1e300`` is reported as
+    ``1e+300, which overflows float32``, ``zero_point=300`` as ``300``.
+
+    Examples
+    --------
+    >>> check_finite("scale", [0.5, 1e-50], positive=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: scale must be finite and > 0; scale[1] is 1e-50, which is 0 in float32 (smallest subnormal 1.4e-45)
+    """
+    arr = as_real_array(name, value)
+    # beyond dtype becomes inf, which the check reports with the value given; bfloat16 compares NaN with a warning
+    with np.errstate(over="ignore", invalid="ignore"):
+        converted = arr.astype(dtype, copy=False)
+        if _all_within(converted, 0 if positive else -np.inf, np.inf):
+            return converted
+        bad = ~(np.isfinite(converted) & (converted > 0)) if positive else ~np.isfinite(converted)
+    _first_bad(name, value, converted, bad, "finite and > 0" if positive else "finite")
+    return converted
 
 
 def check_scale(scale, layout: BlockLayout, name: str = "scale") -> np.ndarray:
     """Return the scale as a float32 block-grid array; every value must be finite and > 0."""
-    raw = _as_float_param(name, scale)
-    s = param_grid(name, raw, layout)
-    if not _all_within(raw, 0, np.inf):
-        _first_bad(name, raw, ~(np.isfinite(raw) & (raw > 0)), "finite and > 0")
-    return np.ascontiguousarray(s)
+    return np.ascontiguousarray(param_grid(name, check_finite(name, scale, positive=True), layout))
 
 
 def check_zero_point(zero_point, layout: BlockLayout, fmt: QuantFormat, integral: bool) -> np.ndarray | None:
     """Return the zero point as a float32 block-grid array, or None when absent or all zero.
 
     With ``integral`` (zero point added after rounding) every value must be an
-    integer within the format's range; otherwise any finite float is allowed.
+    integer within the format's range (a float64 zero point is checked before its
+    float32 rounding: 127.00001 is refused); otherwise any finite float is allowed.
     """
     if zero_point is None:
         return None
-    raw = _as_float_param("zero_point", zero_point)
+    raw = check_finite("zero_point", zero_point)
     z = param_grid("zero_point", raw, layout)
-    if not _all_within(raw, -np.inf, np.inf):
-        _first_bad("zero_point", raw, ~np.isfinite(raw), "finite")
     if integral:
-        _first_bad("zero_point", raw, raw != np.rint(raw),
+        given = np.asarray(zero_point)
+        exact = given if given.dtype == np.float64 else raw  # float32 holds any other dtype's in-range integers
+        _first_bad("zero_point", zero_point, raw, exact != np.rint(exact),
                    "integers when added after rounding (zero_point_order='after_rounding')")
-        _first_bad("zero_point", raw, (raw < fmt.qmin) | (raw > fmt.qmax),
+        _first_bad("zero_point", zero_point, raw, (exact < fmt.qmin) | (exact > fmt.qmax),
                    f"within the {fmt.name} range [{fmt.qmin}, {fmt.qmax}]")
     return np.ascontiguousarray(z) if z.any() else None
 
 
-def _int_or_none(name: str, value):
-    if value is None:
-        return None
-    if isinstance(value, (float, np.floating)) and float(value).is_integer():
-        return int(value)
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name}={value!r} must be an integer") from None
+def check_float_scalar(name: str, value, *, positive: bool) -> np.float32:
+    """Return one float32 value (a number or a one-element array): finite, and > 0 with ``positive``.
+
+    Examples
+    --------
+    >>> check_float_scalar("eps", 1e-6, positive=True)
+    np.float32(1e-06)
+    >>> check_float_scalar("eps", 1e300, positive=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: eps=1e+300 must be finite and > 0; 1e+300 overflows float32 (largest finite value 3.4028235e+38)
+    """
+    arr = as_real_array(name, value)
+    if arr.size != 1:
+        raise TypeError(f"{name}={show(value)} must be one number (shape {arr.shape} holds {arr.size} values)")
+    with np.errstate(over="ignore"):
+        f = np.float32(arr.reshape(()))
+    if not (np.isfinite(f) and (f > 0 or not positive)):
+        note = _conversion_note(arr, f)
+        raise ValueError(f"{name}={show(value)} must be {'finite and > 0' if positive else 'finite'}"
+                         f"{f'; {show(value)} {note}' if note else ''}")
+    return f
+
+
+def check_int(name: str, value, *, low: int | None = None, high: int | None = None,
+              integral_float: bool = False) -> int:
+    """Return ``value`` as an int in ``[low, high]`` (either bound optional).
+
+    Python and NumPy integers are accepted; with ``integral_float`` also a float with
+    an integral value (``3.0``). Bools, strings and other floats raise TypeError,
+    values out of range ValueError; each message names ``name`` and shows the value.
+
+    Examples
+    --------
+    >>> check_int("quant_min", -3.0, integral_float=True)
+    -3
+    >>> check_int("quant_min", -3.7, integral_float=True)
+    Traceback (most recent call last):
+    ...
+    TypeError: quant_min=-3.7 must be an integer (or an integral float such as 3.0)
+    """
+    allowed = "an integer (or an integral float such as 3.0)" if integral_float else "an integer"
+    if integral_float and isinstance(value, (float, np.floating)) and float(value).is_integer():
+        n = int(value)
+    else:
+        n = as_int(name, value, allowed)
+    if (low is not None and n < low) or (high is not None and n > high):
+        bounds = f"{low} <= {name} <= {high}" if low is not None and high is not None else (
+            f"{name} >= {low}" if low is not None else f"{name} <= {high}")
+        raise ValueError(f"{name}={value!r} is out of range; use {bounds}")
+    return n
+
+
+def check_bool(name: str, value, *, none: bool = False) -> bool:
+    """Return ``value`` as a bool: only ``True``/``False`` (Python or NumPy) are accepted.
+
+    ``none`` says, in the message, that the caller also takes None (and handles it itself).
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}={show(value)} must be True{', False or None' if none else ' or False'}")
+    return bool(value)
 
 
 def check_quant_range(fmt: QuantFormat, quant_min, quant_max) -> tuple[int, int]:
-    """Return ``(qmin, qmax)``: the format's range unless overridden inside it."""
-    lo = _int_or_none("quant_min", quant_min)
-    hi = _int_or_none("quant_max", quant_max)
-    lo = fmt.qmin if lo is None else lo
-    hi = fmt.qmax if hi is None else hi
+    """Return ``(qmin, qmax)``: the format's range unless overridden inside it (integral floats accepted)."""
+    lo = fmt.qmin if quant_min is None else check_int("quant_min", quant_min, integral_float=True)
+    hi = fmt.qmax if quant_max is None else check_int("quant_max", quant_max, integral_float=True)
     for arg, v in (("quant_min", lo), ("quant_max", hi)):
         if not fmt.qmin <= v <= fmt.qmax:
             raise ValueError(f"{arg}={v} is outside the {fmt.name} range; use {fmt.qmin} <= {arg} <= {fmt.qmax}")
@@ -175,6 +314,35 @@ def check_out_dtype(out_dtype) -> np.dtype:
 
 def check_choice(name: str, value, allowed: tuple[str, ...]) -> str:
     """Check a string option against its allowed values."""
-    if value not in allowed:
+    if not isinstance(value, str) or value not in allowed:
         raise ValueError(f"{name}={value!r} is not allowed; use one of {list(allowed)}")
     return value
+
+
+def check_amax(amax) -> np.ndarray:
+    """Return modelopt's ``amax`` as a float32 array of its own shape; every value must be >= 0.
+
+    NaN and inf are accepted, as modelopt accepts them (a NaN amax gives NaN, an inf
+    one a zero scale: docs/dynamic.md); a finite value that overflows float32 is not.
+    """
+    arr = as_real_array("amax", amax)
+    with np.errstate(over="ignore"):
+        raw = arr.astype(np.float32, copy=False)
+    _first_bad("amax", amax, raw, raw < 0, ">= 0 (modelopt: 'Negative values in amax')")
+    if not np.isfinite(raw).all():  # NaN and inf as given are modelopt's; a finite value beyond float32 is refused
+        _first_bad("amax", amax, raw, np.isinf(raw) & np.isfinite(arr.astype(np.float64)), "within float32's range "
+                   "(NaN and inf are accepted, as in modelopt)")
+    return raw
+
+
+def check_affine_range(min_range, max_range) -> tuple[np.float32, np.float32]:
+    """Return FakeAffine's ``(min_range, max_range)`` as float32: one finite value each, ``min_range < max_range``.
+
+    The forward (:func:`nbquant.fake_affine_tensor_quant`) and its STE backward share this check.
+    """
+    lo = check_float_scalar("min_range", min_range, positive=False)
+    hi = check_float_scalar("max_range", max_range, positive=False)
+    if not lo < hi:
+        same = " (they are equal in float32)" if lo == hi and min_range != max_range else ""
+        raise ValueError(f"min_range={show(min_range)} must be below max_range={show(max_range)}{same}")
+    return lo, hi

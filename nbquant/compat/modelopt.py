@@ -23,12 +23,12 @@ modelopt.
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
 import numpy.typing as npt
 
 from .. import api, modelopt_ops
+from ..layout import as_int
+from ..validation import as_real_array, check_int, show
 
 __all__ = ["ScaledQuantDescriptor", "QuantDescriptor", "tensor_quant", "fake_tensor_quant",
            "fake_affine_tensor_quant", "scaled_e4m3"]
@@ -56,16 +56,10 @@ def _check_num_bits(num_bits):
 def _check_axis(axis):
     if axis is None:
         return None
-    try:
-        return operator.index(axis)
-    except TypeError:
-        pass
+    allowed = "None, an int or a tuple of ints"
     if isinstance(axis, (tuple, list)):
-        try:
-            return tuple(operator.index(a) for a in axis)
-        except TypeError:
-            pass
-    raise TypeError(f"axis={axis!r} must be None, an int or a tuple of ints")
+        return tuple(as_int("axis", a, allowed) for a in axis)
+    return as_int("axis", axis, allowed)
 
 
 def _check_block_sizes(block_sizes, axis):
@@ -144,10 +138,11 @@ class ScaledQuantDescriptor:
             raise TypeError(f"axis is ignored and must be None when learn_amax is true, got {type(self._axis)}.")
         if amax is not None:
             if not isinstance(amax, (float, int, list, np.ndarray)) or isinstance(amax, bool):
-                raise TypeError(f"amax must be float, list or ndarray, not {type(amax)}")
-            amax = np.array(amax, dtype=np.float32)
+                raise TypeError(f"amax={show(amax)} must be a float, list or ndarray, not {type(amax).__name__}")
+            with np.errstate(over="ignore"):
+                amax = as_real_array("amax", amax).astype(np.float32)
         self._amax = amax
-        if scale_amax is not None and not isinstance(scale_amax, (int, float)):
+        if scale_amax is not None and (isinstance(scale_amax, bool) or not isinstance(scale_amax, (int, float))):
             raise TypeError(f"scale_amax={scale_amax!r} must be a float or None")
         self._scale_amax = scale_amax
         if calib_method not in _CALIB_METHODS:
@@ -324,7 +319,7 @@ def scaled_e4m3(inputs: npt.ArrayLike, amax: npt.ArrayLike | None = None, E: int
     >>> scaled_e4m3(np.array([1000.0, 0.3], np.float32)).tolist()
     [448.0, 0.3125]
     """
-    if (E, M) != (4, 3):
+    if (check_int("E", E, integral_float=True), check_int("M", M, integral_float=True)) != (4, 3):
         raise NotImplementedError(f"E={E}, M={M}: only E4M3 (E=4, M=3) is supported, as in modelopt")
     if amax is None:
         x = np.asarray(inputs)

@@ -22,13 +22,12 @@ The quantized type is the zero point's dtype when a zero point is given, else
 
 from __future__ import annotations
 
-import operator
-
 import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
 from .. import api
+from ..validation import check_finite, check_int, show
 from ._common import dtype_key
 
 __all__ = ["quantize_linear", "dequantize_linear", "dynamic_quantize_linear", "TENSOR_TYPES"]
@@ -71,16 +70,20 @@ def _float_type(value, name: str) -> np.dtype:
 def _float_arg(name: str, value) -> np.ndarray:
     arr = np.asarray(value)
     if arr.dtype not in _FLOAT_NAMES.values():
-        raise TypeError(f"{name} has dtype {arr.dtype}; ONNX allows float32, float16 or bfloat16 here")
+        raise TypeError(f"{name} has dtype {arr.dtype} ({name}={show(value)}); ONNX allows float32, float16 or "
+                        "bfloat16 here")
     return arr
+
+
+def _scale_arg(name: str, value) -> np.ndarray:
+    """A float32/float16/bfloat16 scale whose every value is finite and > 0 (the core's rule, under ONNX's name)."""
+    arr = _float_arg(name, value)
+    return check_finite(name, arr, arr.dtype, positive=True)
 
 
 def _layout(shape: tuple[int, ...], scale: np.ndarray, axis, block_size) -> dict:
     """ONNX scale shapes → the core ``axis`` / ``block_size`` arguments."""
-    try:
-        axis, block = operator.index(axis), operator.index(block_size)
-    except TypeError:
-        raise TypeError(f"axis={axis!r} and block_size={block_size!r} must be ints") from None
+    axis, block = check_int("axis", axis), check_int("block_size", block_size)
     rank = len(shape)
     if block < 0:
         raise ValueError(f"block_size={block} must be >= 0 (0: no blocking)")
@@ -157,11 +160,11 @@ def quantize_linear(x: npt.ArrayLike, y_scale: npt.ArrayLike, y_zero_point: npt.
     array([[-2, 0, 5, 7]], dtype=int4)
     """
     xa = _float_arg("x", x)
-    s = _float_arg("y_scale", y_scale)
+    s = _scale_arg("y_scale", y_scale)
     zp = None if y_zero_point is None else np.asarray(y_zero_point)
     fmt = _qtype(output_dtype, "output_dtype") if (output_dtype != 0 and output_dtype is not None) else None
     if zp is not None:
-        zfmt = _qtype(zp.dtype, "y_zero_point dtype")
+        zfmt = _qtype(zp.dtype, f"y_zero_point={show(y_zero_point)}: its dtype")
         if fmt is not None and fmt != zfmt:
             raise ValueError(f"output_dtype={output_dtype!r} ({fmt}) does not match the y_zero_point dtype "
                              f"{zp.dtype}; they must be the same type")
@@ -172,7 +175,7 @@ def quantize_linear(x: npt.ArrayLike, y_scale: npt.ArrayLike, y_zero_point: npt.
         raise NotImplementedError(f"the division x / y_scale would run in {div} (precision={precision!r}, y_scale "
                                   f"dtype {s.dtype}); nbquant computes in float32 only: pass precision=1 (FLOAT) "
                                   "or a float32 y_scale")
-    if saturate not in (0, 1, True, False):
+    if not isinstance(saturate, (int, np.integer, np.bool_)) or saturate not in (0, 1):
         raise ValueError(f"saturate={saturate!r} must be 0 or 1")
     kwargs = _layout(xa.shape, s, axis, block_size)
     zp = _zero_point(zp, s, fmt, "y_zero_point")
@@ -213,11 +216,12 @@ def dequantize_linear(x: npt.ArrayLike, x_scale: npt.ArrayLike, x_zero_point: np
     """
     q = np.asarray(x)
     fmt = _qtype(q.dtype, "x dtype")
-    s = _float_arg("x_scale", x_scale)
+    s = _scale_arg("x_scale", x_scale)
     out = s.dtype if (output_dtype == 0 or output_dtype is None) else _float_type(output_dtype, "output_dtype")
     zp = None if x_zero_point is None else np.asarray(x_zero_point)
     if zp is not None and not fmt.startswith("float") and zp.dtype != q.dtype:
-        raise TypeError(f"x_zero_point has dtype {zp.dtype}; it must have x's dtype {q.dtype}")
+        raise TypeError(f"x_zero_point has dtype {zp.dtype} (x_zero_point={show(x_zero_point)}); it must have x's "
+                        f"dtype {q.dtype}")
     kwargs = _layout(q.shape, s, axis, block_size)
     zp = _zero_point(zp, s, fmt, "x_zero_point")
     return api.dequantize(q, s, zero_point=zp, out_dtype=out, **kwargs)

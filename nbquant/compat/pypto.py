@@ -19,12 +19,11 @@ input's shape without it. ``axis=-1`` (or ``rank - 1``) gives one scale per row
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
 import numpy.typing as npt
 
 from .. import api
+from ..validation import check_finite, check_int, show
 from ._common import dtype_key
 
 __all__ = ["quantize", "dequantize"]
@@ -35,15 +34,13 @@ _OTYPES = {"int8": "int8", "uint8": "uint8"}
 def _f32(name: str, value) -> np.ndarray:
     arr = np.asarray(value)
     if arr.dtype != np.float32:
-        raise TypeError(f"{name} has dtype {arr.dtype}; pypto supports DT_FP32 only (numpy.float32)")
+        raise TypeError(f"{name} has dtype {arr.dtype} ({name}={show(value)}); pypto supports DT_FP32 only "
+                        "(numpy.float32)")
     return arr
 
 
 def _reduced_axis(axis, ndim: int, low: int = 2) -> int:
-    try:
-        a = operator.index(axis)
-    except TypeError:
-        raise TypeError(f"axis={axis!r} must be an int: -1, -2, rank - 1 or rank - 2") from None
+    a = check_int("axis", axis)
     if not low <= ndim <= 4:
         raise ValueError(f"input has {ndim} dimension(s); pypto supports {low}-4")
     allowed = (-1, ndim - 1) if ndim == 1 else (-1, -2, ndim - 1, ndim - 2)
@@ -55,7 +52,7 @@ def _reduced_axis(axis, ndim: int, low: int = 2) -> int:
 
 def _param(name: str, value, shape: tuple[int, ...], a: int) -> np.ndarray:
     """Check a pypto scale/zero point (input shape without ``a``) and give it the core's keep-dims grid."""
-    arr = _f32(name, value)
+    arr = check_finite(name, _f32(name, value), positive=name == "scale")  # zero points: any finite value
     want = shape[:a] + shape[a + 1:]
     if arr.shape != want:
         raise ValueError(f"{name} has shape {arr.shape}; with axis reducing dimension {a} of an input of shape "

@@ -21,13 +21,12 @@ Validation follows TensorRT:
 
 from __future__ import annotations
 
-import operator
-
 import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
 from .. import api
+from ..validation import as_real_array, check_finite, check_int, show
 from ._common import dtype_key, float_array
 
 __all__ = ["quantize", "dequantize"]
@@ -43,22 +42,19 @@ def _scale(scale, dtype: np.dtype | None) -> np.ndarray:
     if isinstance(scale, (np.ndarray, np.generic)):
         s = np.asarray(scale)
         if dtype is not None and s.dtype != dtype:
-            raise TypeError(f"scale has dtype {s.dtype}; TensorRT requires the scale to have the input's type "
-                            f"{dtype} (T1)")
+            raise TypeError(f"scale has dtype {s.dtype} (scale={show(scale)}); TensorRT requires the scale to have "
+                            f"the input's type {dtype} (T1)")
         if s.dtype.kind != "f":
-            raise TypeError(f"scale has dtype {s.dtype}; use float32, float16 or bfloat16")
+            raise TypeError(f"scale has dtype {s.dtype} (scale={show(scale)}); use float32, float16 or bfloat16")
         return s
-    return np.asarray(scale, dtype=np.float64).astype(dtype or np.float32)
+    return check_finite("scale", scale, dtype or np.float32, positive=True)
 
 
 def _layout(shape: tuple[int, ...], scale: np.ndarray, zero_point, axis, fmt: str) -> dict:
     """TensorRT's scale/zero-point rules → the core ``axis`` / ``block_size`` arguments."""
-    try:
-        axis = operator.index(axis)
-    except TypeError:
-        raise TypeError(f"axis={axis!r} must be an int") from None
+    axis = check_int("axis", axis)
     if zero_point is not None:
-        zp = np.asarray(zero_point)
+        zp = as_real_array("zero_point", zero_point)
         if zp.shape != scale.shape:
             raise ValueError(f"zero_point has shape {zp.shape}; it must have the scale's shape {scale.shape}")
         if np.any(zp != 0):

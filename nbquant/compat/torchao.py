@@ -35,13 +35,12 @@ than give different bits.
 
 from __future__ import annotations
 
-import operator
-
 import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
 from .. import api
+from ..validation import as_real_array, check_bool, check_finite, check_int, show
 from ._common import dtype_key
 
 __all__ = [
@@ -89,13 +88,13 @@ def _target(dtype, name: str) -> str:
 
 def _bounds(key: str, quant_min, quant_max) -> tuple[int, int]:
     _, lo, hi = _TARGETS[key]
-    qmin = lo if quant_min is None else quant_min
-    qmax = hi if quant_max is None else quant_max
+    qmin = lo if quant_min is None else check_int("quant_min", quant_min, integral_float=True)
+    qmax = hi if quant_max is None else check_int("quant_max", quant_max, integral_float=True)
     if qmin < lo:
         raise ValueError(f"quant_min={quant_min} is out of bound for dtype {key}: quant_min_lower_bound is {lo}")
     if qmax > hi:
         raise ValueError(f"quant_max={quant_max} is out of bound for dtype {key}: quant_max_upper_bound is {hi}")
-    return int(qmin), int(qmax)
+    return qmin, qmax
 
 
 def _input(x, name: str = "input") -> np.ndarray:
@@ -109,9 +108,12 @@ def _input(x, name: str = "input") -> np.ndarray:
 def _grid(shape: tuple[int, ...], block_size) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """torchao's ``_get_reduction_params`` checks; returns (block_size, block grid)."""
     try:
-        block = tuple(operator.index(b) for b in block_size)
+        entries = None if isinstance(block_size, str) else list(block_size)
     except TypeError:
-        raise TypeError(f"block_size={block_size!r} must be a tuple of ints, one per dimension") from None
+        entries = None
+    if entries is None:
+        raise TypeError(f"block_size={block_size!r} must be a tuple of ints, one per dimension")
+    block = tuple(check_int(f"block_size[{d}]", b) for d, b in enumerate(entries))
     if len(block) != len(shape):
         raise ValueError(f"block_size={block} has {len(block)} entries; the input has {len(shape)} dimension(s) "
                          f"{shape}")
@@ -124,19 +126,19 @@ def _grid(shape: tuple[int, ...], block_size) -> tuple[tuple[int, ...], tuple[in
 
 def _view(name: str, value, grid: tuple[int, ...], floats_only: bool = False) -> np.ndarray:
     """``value.view(grid)`` as torchao does: any shape with ``prod(grid)`` elements, row-major."""
-    arr = np.asarray(value)
+    arr = as_real_array(name, value)
     if arr.size != int(np.prod(grid)):
         raise ValueError(f"{name} has shape {arr.shape} ({arr.size} values); block grid {grid} needs "
                          f"{int(np.prod(grid))} values")
     if floats_only and arr.dtype not in (np.dtype(np.float32), np.dtype(np.float64), *_HALF):
-        raise TypeError(f"{name} has dtype {arr.dtype}; use a float32 (or float16/bfloat16) array")
+        raise TypeError(f"{name} has dtype {arr.dtype} ({name}={show(value)}); use a float32 (or float16/bfloat16) "
+                        "array")
     return arr.reshape(grid)
 
 
 def _scale(scale, grid: tuple[int, ...], x_dtype: np.dtype | None = None) -> np.ndarray:
-    s = np.asarray(scale)
-    if not isinstance(scale, np.ndarray) and s.dtype.kind in "iuf":
-        s = s.astype(np.float32)  # torch.tensor(python floats) is float32
+    # torch.tensor(python floats) is float32; an array keeps its dtype
+    s = check_finite("scale", scale, scale.dtype if isinstance(scale, np.ndarray) else np.float32, positive=True)
     s = _view("scale", s, grid, floats_only=True)
     if s.dtype == np.float64:
         raise TypeError("scale has dtype float64; torchao would then compute in float64, which nbquant does not "
@@ -321,13 +323,14 @@ def choose_qparams_affine(input: npt.ArrayLike, mapping_type, block_size, target
     mapping = getattr(mapping_type, "name", mapping_type)
     mappings = {"SYMMETRIC": "symmetric", "SYMMETRIC_NO_CLIPPING_ERR": "symmetric_no_clipping_err",
                 "ASYMMETRIC": "asymmetric"}
-    if mapping not in mappings:
+    if not isinstance(mapping, str) or mapping not in mappings:
         raise ValueError(f"mapping_type={mapping_type!r}: Unsupported mapping type; use one of {list(mappings)}")
     x = _input(input)
     if x.dtype != np.float32:
         raise NotImplementedError(f"input has dtype {x.dtype}: torchao computes its scales in {x.dtype}, nbquant "
                                   "in float32 only; pass input.astype(numpy.float32)")
     block, grid = _grid(x.shape, block_size)
+    keepdim = check_bool("keepdim", keepdim)
     if scale_dtype is not None and dtype_key(scale_dtype, "scale_dtype", _FLOATS) != np.float32:
         raise NotImplementedError(f"scale_dtype={scale_dtype!r}: only float32 scales are produced")
     zdt = dtype_key(zero_point_dtype, "zero_point_dtype",
@@ -387,6 +390,7 @@ def _tinygemm_params(block_size, scale, zero_point, shape, key, quant_min, quant
     if s.dtype != np.float32 or zp.dtype != np.float32:
         raise NotImplementedError(f"scale ({s.dtype}) and zero_point ({zp.dtype}) must be float32: torchao computes "
                                   "the tinygemm shift in their dtype, nbquant in float32 only")
+    s, zp = check_finite("scale", s, positive=True), check_finite("zero_point", zp)  # NumPy uses them before the core
     return block, grid, s, zp, qmin, qmax, (qmax + qmin + 1) / 2
 
 

@@ -16,13 +16,12 @@ nvtripy converts it); an array scale must already have it.
 
 from __future__ import annotations
 
-import operator
-
 import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
 from .. import api
+from ..validation import check_finite, check_int, show
 from ._common import dtype_key, float_array
 
 __all__ = ["quantize", "dequantize"]
@@ -36,22 +35,16 @@ def _scale(scale, dtype: np.dtype) -> np.ndarray:
     if isinstance(scale, (np.ndarray, np.generic)):
         s = np.asarray(scale)
         if s.dtype != dtype:
-            raise TypeError(f"scale has dtype {s.dtype}, but nvtripy requires the scale dtype to equal the "
-                            f"float dtype {dtype}; convert it with scale.astype({dtype.name})")
+            raise TypeError(f"scale has dtype {s.dtype} (scale={show(scale)}), but nvtripy requires the scale dtype "
+                            f"to equal the float dtype {dtype}; convert it with scale.astype({dtype.name})")
         return s
-    try:
-        return np.asarray(scale, dtype=np.float64).astype(dtype)
-    except (TypeError, ValueError):
-        raise TypeError(f"scale={scale!r} must be a number, a (nested) sequence of numbers or an array") from None
+    return check_finite("scale", scale, dtype, positive=True)  # nvtripy converts numbers to the input's dtype
 
 
 def _layout(shape: tuple[int, ...], scale: np.ndarray, dim, fmt: str) -> dict:
     """nvtripy's check_qdq_args: the core ``axis`` / ``block_size`` arguments for this call."""
     if dim is not None:
-        try:
-            d = operator.index(dim)
-        except TypeError:
-            raise TypeError(f"dim={dim!r} must be an int or None") from None
+        d = check_int("dim", dim)
         if not -len(shape) <= d < len(shape):
             raise ValueError(f"dim={dim} is out of range for an input of rank {len(shape)}")
         if scale.ndim != 1:
