@@ -34,7 +34,8 @@ from ...element import (
     unpack_field,
 )
 from .._views import float32_from_bits, kernel_float_view, output_float_like
-from ._kernel import ROW_TILE, cpu_kernel, part_range
+from ._kernel import cpu_kernel, part_range, row_tile
+from .dynamic import flat_reduce_kernel
 
 
 @element_function
@@ -148,18 +149,6 @@ def nvfp4_dequantize_kernel(part, parts, codes, scales, block, global_scale, til
 
 
 @cpu_kernel
-def amax_bits_kernel(part, parts, x, tile, partial):
-    """Bits of ``max |x|`` of each (row, tile) of a 2-D array into ``partial`` (NaN bits win over every number)."""
-    rows, n = x.shape
-    ntiles = (n + tile - 1) // tile
-    first, last = part_range(rows * ntiles, part, parts)
-    for unit in range(first, last):
-        r = unit // ntiles
-        c = (unit - r * ntiles) * tile
-        partial[unit] = absmax_bits(x[r, c:min(c + tile, n)])
-
-
-@cpu_kernel
 def nf4_quantize_kernel(part, parts, x, block, tile, codes, scales):
     """NF4: per-block ``amax`` into ``scales`` (rows, n / block) and table indices of ``x / amax`` packed two per
     byte into ``codes`` (rows, n / 2), the first element in the HIGH nibble (modelopt's layout)."""
@@ -237,6 +226,7 @@ class BlockOps:
         if x.size == 0:
             return np.float32(0)
         x2 = kernel_float_view(x).reshape(-1, x.shape[-1] if x.ndim else 1)
-        partial = np.empty(x2.shape[0] * -(-x2.shape[1] // ROW_TILE), np.int64)
-        amax_bits_kernel(x2, ROW_TILE, partial)
+        tile = row_tile(x2.shape[1])
+        partial = np.empty(x2.shape[0] * -(-x2.shape[1] // tile), np.int64)
+        flat_reduce_kernel(x2, False, tile, np.empty(0, np.int64), partial)  # absmax bits per (row, tile)
         return float32_from_bits(partial.max())
