@@ -8,6 +8,7 @@ import ml_dtypes
 import numpy as np
 
 from .formats import QuantFormat
+from .interop import as_host_array
 from .layout import BlockLayout, as_int, param_grid
 
 __all__ = [
@@ -37,11 +38,15 @@ _NAMES = "float32, float16, bfloat16 (ml_dtypes) or float64"
 
 
 def check_float_input(x, name: str = "x") -> np.ndarray:
-    """Return ``x`` as a C-contiguous NumPy array of a supported float dtype (copies only if not contiguous)."""
-    arr = np.asarray(x)
+    """Return ``x`` as a C-contiguous NumPy array of a supported float dtype (copies only if not contiguous).
+
+    ``x`` is read by :func:`nbquant.interop.as_host_array`: zero-copy for NumPy arrays,
+    CPU torch tensors (bfloat16 included) and CPU DLPack objects.
+    """
+    arr = as_host_array(x, name)
     if arr.dtype not in FLOAT_INPUT_DTYPES:
-        raise TypeError(f"{name} has dtype {arr.dtype}; nbquant quantizes {_NAMES} arrays. "
-                        f"Convert it first, e.g. {name}.astype(numpy.float32)")
+        raise TypeError(f"{name} has dtype {arr.dtype}; nbquant quantizes {_NAMES} arrays. Convert it first, e.g. "
+                        f"{name}.astype(numpy.float32) (NumPy) or {name}.float() (torch)")
     return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)  # ascontiguousarray makes 0-d 1-d
 
 

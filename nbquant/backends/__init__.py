@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..interop import as_host_array
 from ._device import is_device_array, use_cuda_stream
 from ._warning import NumbaCacheWarning
 from .interface import Backend
@@ -179,8 +180,11 @@ def device_float_input(x, name: str = "x"):
 
 
 def device_code_input(q, name: str = "q"):
-    """Return a zero-copy numba device array of CUDA codes ``q`` (host arrays: C-contiguous NumPy)."""
-    return _cuda_backend().device_code_input(q, name) if is_device_array(q) else np.asarray(q, order="C")
+    """Return a zero-copy numba device array of CUDA codes ``q`` (host arrays: C-contiguous NumPy, read by
+    :func:`nbquant.interop.as_host_array`)."""
+    if is_device_array(q):
+        return _cuda_backend().device_code_input(q, name)
+    return np.asarray(as_host_array(q, name), order="C")
 
 
 def device_result(out, shape: tuple[int, ...], dtype, inputs=()):
