@@ -60,6 +60,18 @@ def assert_same_bits(actual: np.ndarray, expected: np.ndarray) -> None:
                              f"reference {flat_e[bad]!r}")
 
 
+def canonical_nan(peer: np.ndarray) -> np.ndarray:
+    """A peer's float result with each NaN replaced by nbquant's canonical quiet NaN (``numpy.nan``'s bits).
+
+    nbquant writes one NaN on every backend (docs/semantics.md, "Non-finite and extreme
+    inputs"); peers keep the sign or payload of the NaN they decoded. Only NaN payloads
+    change: every other bit of the peer's result is still compared.
+    """
+    out = np.array(peer, copy=True)
+    out[np.isnan(out.astype(np.float32))] = np.nan
+    return out
+
+
 def _reference(fn, *args, **kwargs) -> np.ndarray:
     """Run ``fn`` on the reference backend, which must not warn on valid input (e.g. overflow to inf).
 

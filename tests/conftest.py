@@ -13,6 +13,9 @@ Tiers (docs/testing.md):
   marked ``full`` (exhaustive sweeps, parity against installed peers), hypothesis profile
   ``full`` (today's example counts), the whole backend suite under the CUDA simulator, the
   PTX check for every architecture.
+* **parity** (``python -m pytest --parity``, in an environment with ``pip install -e ".[parity]"``):
+  only the tests marked ``parity``, against the live peers (torch CPU, torchao, onnx, onnxruntime,
+  nvidia-modelopt); a missing peer is an error, not a skip. The other tiers skip these tests.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from hypothesis import settings
 
 COMPILED_BACKENDS = [b for b in os.environ.get("NBQUANT_TEST_BACKENDS", "cpu").split(",") if b]
 TIERS = ("default", "full")
+#: The peers the parity tier runs against (module names; docs/testing.md); installed by the ``parity`` extra.
+PARITY_PEERS = ("torch", "torchao", "onnx", "onnxruntime", "modelopt.torch.quantization")
 ROOT = Path(__file__).resolve().parents[1]
 #: A session with at least this many cpu-backend tests starts the Numba cache warm-up (tests/_background.py).
 WARM_UP_FROM = 200
@@ -44,6 +49,9 @@ def pytest_addoption(parser):
     parser.addoption("--full", action="store_true", default=False,
                      help="nbquant: run the full test tier (tests marked 'full', full hypothesis counts, the whole "
                           "suite under the CUDA simulator, PTX for every arch); also NBQUANT_TEST_TIER=full")
+    parser.addoption("--parity", action="store_true", default=False,
+                     help="nbquant: run only the tests marked 'parity', against the live peers (pip install -e "
+                          "'.[parity]'); a missing peer is an error")
 
 
 def tier(config) -> str:
@@ -56,8 +64,28 @@ def tier(config) -> str:
 
 def pytest_configure(config):
     chosen = tier(config)
+    if config.getoption("--parity"):
+        _require_peers()
     if not config.getoption("hypothesis_profile", None):  # an explicit --hypothesis-profile wins
         settings.load_profile(chosen)
+
+
+def _require_peers() -> None:
+    """Import every parity peer, or stop the session naming the ones missing (a parity run never skips a peer)."""
+    import importlib
+    import warnings
+
+    missing = []
+    for name in PARITY_PEERS:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                importlib.import_module(name)
+        except ImportError as e:
+            missing.append(f"{name} ({e})")
+    if missing:
+        raise pytest.UsageError(f"--parity needs the peers installed: missing {', '.join(missing)}; run "
+                                "`pip install -e '.[parity]'` (docs/testing.md)")
 
 
 def pytest_report_header(config):
@@ -65,6 +93,15 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    if config.getoption("--parity"):
+        selected = [item for item in items if item.get_closest_marker("parity") is not None]
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("parity") is None])
+        items[:] = selected
+        return
+    for item in items:
+        if item.get_closest_marker("parity") is not None:
+            item.add_marker(pytest.mark.skip(reason="parity against a live peer; run `python -m pytest --parity` "
+                                                    "with the parity extra (docs/testing.md)"))
     if tier(config) == "full":
         return
     for item in items:

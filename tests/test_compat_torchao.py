@@ -1,4 +1,4 @@
-"""nbquant.compat.torchao against torchao 0.18 itself (skipped when torch/torchao are absent) and argument rules."""
+"""nbquant.compat.torchao against torchao 0.18 itself, bit for bit (the parity tier: `pytest --parity`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from _helpers import assert_same_bits
 
 from nbquant.compat import torchao as ta
 
-pytestmark = pytest.mark.full(reason="parity against an installed peer (torch, torchao)")
+pytestmark = pytest.mark.parity
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     torch = pytest.importorskip("torch")
