@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
@@ -17,6 +18,7 @@ from .validation import (
     check_choice,
     check_float_format_arguments,
     check_float_input,
+    check_half_scale,
     check_out,
     check_out_dtype,
     check_quant_range,
@@ -27,8 +29,10 @@ from .validation import (
 __all__ = ["quantize", "dequantize"]
 
 ScaleOp = Literal["divide", "reciprocal", "multiply"]
+ComputeDtype = Literal["float32", "float16", "bfloat16"]
 ZeroPointOrder = Literal["after_rounding", "before_rounding"]
 _SCALE_OPS = ("divide", "reciprocal", "multiply")
+_COMPUTE_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 _ZP_ORDERS = ("after_rounding", "before_rounding")
 
 
@@ -74,6 +78,7 @@ def quantize(
     scale_op: ScaleOp = "divide",
     zero_point_order: ZeroPointOrder = "after_rounding",
     saturate: bool = True,
+    compute_dtype: ComputeDtype = "float32",
     out: np.ndarray | None = None,
     backend: str | None = None,
 ) -> np.ndarray:
@@ -120,6 +125,14 @@ def quantize(
         modelopt do): values beyond the largest finite value become it. False:
         ml_dtypes' cast (e4m3fn overflow and inf → NaN, e5m2 → inf; fp6 and fp4
         have no NaN/inf and always saturate).
+    compute_dtype : {"float32", "float16", "bfloat16"}
+        The precision of the arithmetic. ``"float32"`` (default): one float32 operation,
+        then rounding to an integer. A half type reproduces libraries that compute on
+        half-precision tensors (torchao and compressed-tensors on bfloat16 weights, ONNX
+        ``precision``): ``x``, ``scale`` (``fl(1 / scale)`` for ``"reciprocal"``) and
+        ``zero_point`` are rounded to it (RNE), and so are the quotient (or product) and
+        its sum with the zero point. ``x`` must not be float64 then, and every scale
+        must stay finite and nonzero in that type.
     out : numpy.ndarray, optional
         Preallocated result of the exact shape and dtype this call returns.
     backend : str, optional
@@ -147,6 +160,13 @@ def quantize(
     array([ -2,   0,   1, 127], dtype=int8)
     >>> nbquant.quantize(np.array([[1.0, -1.0]], np.float32), 0.5, "int4", packed=True)
     PackedCodes([[226]], dtype=uint8, format='int4')
+
+    Half-precision arithmetic: ``1000 / 3`` is 333.25 in bfloat16 steps of 2, so 334:
+
+    >>> import ml_dtypes
+    >>> x = np.array([1000.0], ml_dtypes.bfloat16)
+    >>> nbquant.quantize(x, 3.0, "int16"), nbquant.quantize(x, 3.0, "int16", compute_dtype="bfloat16")
+    (array([333], dtype=int16), array([334], dtype=int16))
     """
     fmt = get_format(dtype)
     passed = {"x": x, "scale": scale, "zero_point": zero_point}
@@ -156,19 +176,26 @@ def quantize(
     op = check_choice("scale_op", scale_op, _SCALE_OPS)
     order = check_choice("zero_point_order", zero_point_order, _ZP_ORDERS)
     s = check_scale(scale, layout)
+    precision = check_choice("compute_dtype", compute_dtype, _COMPUTE_DTYPES)
+    if precision != "float32":
+        s = check_half_scale(s, precision, x.dtype, scale)
     if op == "reciprocal":
         s = np.float32(1) / s
+        if precision != "float32":
+            s = s.astype(_COMPUTE_DTYPES[precision]).astype(np.float32)
     if fmt.is_float:
         check_float_format_arguments(fmt, zero_point=zero_point, quant_min=quant_min, quant_max=quant_max)
     if not isinstance(saturate, (bool, np.bool_)):
         raise TypeError(f"saturate={saturate!r} must be True or False")
     zp = check_zero_point(zero_point, layout, fmt, integral=order == "after_rounding")
+    if zp is not None and precision != "float32":
+        zp = zp.astype(_COMPUTE_DTYPES[precision]).astype(np.float32)
     qmin, qmax = check_quant_range(fmt, quant_min, quant_max)
     packed = _check_packed(packed, fmt, layout.shape[-1])
     shape = x.shape[:-1] + (fmt.packed_length(x.shape[-1]),) if packed else x.shape
     out_dtype = np.dtype(np.uint8) if packed else fmt.dtype
     result = _result(out, shape, out_dtype, device, x, passed)
-    spec = QuantizeSpec(fmt, layout, qmin, qmax, modes.ScaleOp.DIVIDE if op == "divide" else modes.ScaleOp.MULTIPLY,
+    spec = QuantizeSpec(fmt, layout, qmin, qmax, modes.ScaleOp.of(op != "divide", precision),
                         order == "before_rounding", packed, bool(saturate))
     impl = resolve_backend(backend, (x, result))
     if x.size:

@@ -18,10 +18,41 @@ __all__ = ["ScaleOp", "Mapping", "NanRule"]
 
 
 class ScaleOp(enum.IntEnum):
-    """How a quantize kernel applies its scale: ``x / scale`` or ``x * scale`` (a reciprocal arrives inverted)."""
+    """How a quantize kernel applies its scale, and in which precision.
+
+    ``x / scale`` or ``x * scale`` (a reciprocal arrives inverted) in float32; the
+    ``_F16`` / ``_BF16`` members compute in float16 / bfloat16 (``compute_dtype``): the
+    input is rounded to that type, and so are the quotient (or product) and the sum with
+    the zero point, as a library that divides half-precision tensors does.
+    """
 
     DIVIDE = 0
     MULTIPLY = 1
+    DIVIDE_F16 = 2
+    MULTIPLY_F16 = 3
+    DIVIDE_BF16 = 4
+    MULTIPLY_BF16 = 5
+
+    @property
+    def multiplies(self) -> bool:
+        """Whether the scale multiplies (else it divides)."""
+        return bool(self & 1)
+
+    @property
+    def compute_dtype(self) -> str:
+        """``"float32"``, ``"float16"`` or ``"bfloat16"``: the precision of the arithmetic."""
+        return ("float32", "float16", "bfloat16")[self >> 1]
+
+    @classmethod
+    def of(cls, multiply: bool, compute_dtype: str = "float32") -> ScaleOp:
+        """The member for an operation and a precision.
+
+        Examples
+        --------
+        >>> ScaleOp.of(True, "bfloat16").name
+        'MULTIPLY_BF16'
+        """
+        return cls(int(multiply) + 2 * ("float32", "float16", "bfloat16").index(compute_dtype))
 
 
 class Mapping(enum.IntEnum):

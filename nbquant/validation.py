@@ -164,6 +164,36 @@ def check_scale(scale, layout: BlockLayout, name: str = "scale") -> np.ndarray:
     return np.ascontiguousarray(param_grid(name, check_finite(name, scale, positive=True), layout))
 
 
+def check_half_scale(s: np.ndarray, precision: str, x_dtype: np.dtype, passed) -> np.ndarray:
+    """The float32 scale grid ``s`` rounded to ``precision`` (``compute_dtype``), as float32.
+
+    ``x`` must not be float64 (rounding it to float32 and then to the half type could
+    differ from one rounding), and every scale must stay finite and nonzero.
+
+    Examples
+    --------
+    >>> check_half_scale(np.array([1e-8], np.float32), "float16", np.dtype(np.float32), 1e-8)
+    Traceback (most recent call last):
+    ...
+    ValueError: scale must stay finite and > 0 in float16, the compute_dtype; scale is 1e-08, which is 0.0 in float16
+    """
+    if x_dtype == np.float64:
+        raise TypeError(f"x has dtype float64; compute_dtype={precision!r} needs float32, float16 or bfloat16 input "
+                        f"(cast x to {precision} or float32 first, or use compute_dtype='float32')")
+    with np.errstate(over="ignore"):
+        half = s.astype(ml_dtypes.bfloat16 if precision == "bfloat16" else np.float16)
+    bad = ~np.isfinite(half.astype(np.float32)) | (half == 0)
+    if bad.any():
+        flat = int(np.argmax(bad.reshape(-1)))
+        index = tuple(map(int, np.unravel_index(flat, np.shape(passed)))) if np.size(passed) == bad.size else ()
+        where = list(index) if index else ""
+        given = _element(passed, index) if index else np.asarray(passed).reshape(-1)[0]
+        given = given.item() if isinstance(given, np.generic) else given
+        raise ValueError(f"scale must stay finite and > 0 in {precision}, the compute_dtype; "
+                         f"scale{where} is {given!r}, which is {half.reshape(-1)[flat]} in {precision}")
+    return half.astype(np.float32)
+
+
 def check_zero_point(zero_point, layout: BlockLayout, fmt: QuantFormat, integral: bool) -> np.ndarray | None:
     """Return the zero point as a float32 block-grid array, or None when absent or all zero.
 

@@ -67,7 +67,7 @@ def pytest_configure(config):
     if config.getoption("--parity"):
         _require_peers()
     if not config.getoption("hypothesis_profile", None):  # an explicit --hypothesis-profile wins
-        settings.load_profile(chosen)
+        settings.load_profile("full" if config.getoption("--parity") else chosen)  # parity: full example counts
 
 
 def _require_peers() -> None:

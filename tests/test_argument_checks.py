@@ -133,6 +133,8 @@ ROWS = [
     *_rows(nbquant.quantize, lambda: _q(dtype="float8_e4m3fn"), "saturate", "bool"),
     *_rows(nbquant.quantize, _q, "scale_op", "choice"),
     *_rows(nbquant.quantize, _q, "zero_point_order", "choice"),
+    *_rows(nbquant.quantize, _q, "compute_dtype", "choice", extra=["float64", np.float16]),
+    *_rows(nbquant.quantize, lambda: _q(compute_dtype="float16"), "scale", "positive", extra=[1e-8, 7e4]),
     *_rows(nbquant.dequantize, _dq, "scale", "positive"),
     *_rows(nbquant.dequantize, _dq, "zero_point", "finite", **NONE_OK),
     *_rows(nbquant.dequantize, lambda: _dq(scale=TWO), "axis", "int", **NONE_OK),

@@ -7,7 +7,9 @@ import warnings
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import assert_same_bits
+from _helpers import assert_same_bits, examples
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nbquant.compat import torchao as ta
 
@@ -87,12 +89,42 @@ def test_half_inputs_and_scales(xdtype, sdtype):
     x = _x(rng, (8, 16), xdtype)
     s = (rng.uniform(0.01, 0.3, (8, 2))).astype(ml_dtypes.bfloat16 if sdtype == "bfloat16" else sdtype)
     z = rng.integers(-20, 20, (8, 2)).astype(np.int32)
-    if xdtype == sdtype:
-        with pytest.raises(NotImplementedError, match="float32"):
-            ta.quantize_affine(x, (1, 8), s, z, "int8")
-        return
-    tq = qp.quantize_affine(_t(x), (1, 8), _t(s), _t(z), torch.int8)
-    assert_same_bits(ta.quantize_affine(x, (1, 8), s, z, "int8"), _n(tq))
+    for target, tdt in (("int8", torch.int8), ("uint8", torch.uint8), ("int16", torch.int16)):
+        zt = z + 128 if target == "uint8" else z
+        tq = qp.quantize_affine(_t(x), (1, 8), _t(s), _t(zt), tdt)  # a shared half type computes in it
+        assert_same_bits(ta.quantize_affine(x, (1, 8), s, zt, target), _n(tq))
+    tq = qp._quantize_affine_no_zero_point(_t(x), (1, 8), _t(s), None, torch.int8)
+    assert_same_bits(ta._quantize_affine_no_zero_point(x, (1, 8), s, None, "int8"), _n(tq))
+
+
+_HALF_TYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(["float16", "bfloat16"]),
+       target=st.sampled_from(["int8", "uint8"]), rows=st.integers(1, 5), groups=st.integers(1, 3),
+       group=st.integers(1, 9))
+def test_half_arithmetic_matches_torchao(data, dtype, target, rows, groups, group):
+    """Input and scale of one half type (torchao computes in it): planted ties, tiny scales and ±inf.
+
+    No NaN: torch casts the NaN it computes to an integer (0 on x86), nbquant gives the zero
+    point. No int16: torch clamps in the half type, where 32767 is 32768, and the cast to
+    int16 overflows; nbquant saturates (docs/compat/torchao.md, "Deviations").
+    """
+    t = _HALF_TYPES[dtype]
+    shape, block = (rows, groups * group), (1, group)
+    finite = st.floats(-3e4, 3e4, width=16 if dtype == "float16" else 32, allow_subnormal=True)
+    x = np.array(data.draw(st.lists(st.one_of(finite, st.sampled_from([0.5, 1.5, -2.5, np.inf, -np.inf])),
+                                    min_size=shape[0] * shape[1], max_size=shape[0] * shape[1])),
+                 np.float32).astype(t).reshape(shape)
+    s = np.array(data.draw(st.lists(st.sampled_from([0.5, 1.0, 0.1, 0.3, 3.0, 1e-3, 7.0]) | st.floats(1e-3, 50),
+                                    min_size=rows * groups, max_size=rows * groups)), np.float32).astype(t)
+    s = s.reshape(rows, groups)
+    lo, hi = {"int8": (-128, 127), "uint8": (0, 255)}[target]
+    z = np.array(data.draw(st.lists(st.integers(max(lo, -200), min(hi, 200)), min_size=rows * groups,
+                                    max_size=rows * groups)), np.int32).reshape(rows, groups)
+    tq = qp.quantize_affine(_t(x), block, _t(s), _t(z), getattr(torch, target))
+    assert_same_bits(ta.quantize_affine(x, block, s, z, target), _n(tq))
 
 
 @pytest.mark.parametrize(("shape", "block"), CASES[:6])

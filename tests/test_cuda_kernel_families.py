@@ -166,6 +166,37 @@ def test_float_quantize_and_dequantize(backend, fmt, shape, layout, scale_op, sa
     dequantize_both(backend, q, scale, dtype=fmt, out_dtype=out_dtype, **layout)
 
 
+# --- half-precision arithmetic (compute_dtype) ------------------------------------------------------
+
+HALF_CASES = [
+    # format, shape, layout, zero point, scale_op, packed, x dtype / compute dtype
+    ("int8", (3, 5, 7), {"axis": 1}, None, "divide", False, F16),
+    ("uint8", (5, 18), {"block_size": (1, 6)}, "half", "reciprocal", False, BF16),
+    ("int16", (3, 5, 7), {}, "int", "multiply", False, BF16),
+    ("int4", (5, 18), {"axis": 0}, "int", "divide", True, F16),
+    ("float8_e4m3fn", (3, 5, 7), {"axis": -1, "block_size": 3}, None, "reciprocal", False, BF16),
+    ("float4_e2m1fn", (5, 18), {}, None, "divide", True, F16),
+]
+
+
+@pytest.mark.parametrize(("fmt", "shape", "layout", "zp", "scale_op", "packed", "x_dtype"), HALF_CASES,
+                         ids=[f"{c[0]}-{c[4]}-{c[6]}-{'packed' if c[5] else 'unpacked'}" for c in HALF_CASES])
+def test_half_precision_arithmetic(backend, fmt, shape, layout, zp, scale_op, packed, x_dtype):
+    """``compute_dtype`` float16/bfloat16: scales that are not powers of two, so every rounding shows."""
+    f = nbquant.get_format(fmt)
+    rng = np.random.default_rng(f.bits + len(shape))
+    scale = rng.uniform(0.05, 3, _grid(shape, layout)).astype(np.float32)
+    step = _element_scales(shape, scale, **layout)
+    kw = dict(layout, scale_op=scale_op, packed=packed, compute_dtype=str(x_dtype))
+    if zp == "int":
+        kw["zero_point"] = rng.integers(max(f.qmin, -60), min(f.qmax, 60) + 1, scale.shape).astype(np.int32)
+    elif zp == "half":
+        kw.update(zero_point=(rng.integers(0, 511, scale.shape) / 2).astype(np.float32),
+                  zero_point_order="before_rounding")
+    x = (_float_input if f.is_float else _int_input)(shape, step, fmt, x_dtype, seed=f.bits)
+    quantize_both(backend, x, scale, fmt, **kw)
+
+
 # --- MX, NVFP4, NF4 --------------------------------------------------------------------------------
 
 

@@ -136,24 +136,27 @@ def _view(name: str, value, grid: tuple[int, ...], floats_only: bool = False) ->
     return arr.reshape(grid)
 
 
-def _scale(scale, grid: tuple[int, ...], x_dtype: np.dtype | None = None) -> np.ndarray:
+def _scale(scale, grid: tuple[int, ...]) -> np.ndarray:
     # torch.tensor(python floats) is float32; an array keeps its dtype
     s = check_finite("scale", scale, scale.dtype if isinstance(scale, np.ndarray) else np.float32, positive=True)
     s = _view("scale", s, grid, floats_only=True)
     if s.dtype == np.float64:
         raise TypeError("scale has dtype float64; torchao would then compute in float64, which nbquant does not "
                         "do: pass scale.astype(numpy.float32)")
-    if x_dtype is not None and s.dtype in _HALF and x_dtype == s.dtype:
-        raise NotImplementedError(f"input and scale are both {s.dtype}: torchao computes x * (1 / scale) in "
-                                  f"{s.dtype}, nbquant only in float32; pass scale.astype(numpy.float32)")
     return s
 
 
-def _reciprocal(s: np.ndarray) -> tuple[np.ndarray, str]:
-    """``1.0 / scale`` in the scale's dtype, and the core ``scale_op`` that applies it."""
+def _reciprocal(s: np.ndarray, x_dtype: np.dtype) -> dict:
+    """The core arguments of ``input * (1.0 / scale)`` under torch's type promotion.
+
+    The reciprocal is taken in the scale's dtype; the product is float32 unless input and
+    scale share a half type, where torch computes in it (``compute_dtype``).
+    """
+    if s.dtype == x_dtype and s.dtype in _HALF:
+        return {"scale": s, "scale_op": "reciprocal", "compute_dtype": str(s.dtype)}
     if s.dtype == np.float32:
-        return s, "reciprocal"
-    return (np.float32(1) / s.astype(np.float32)).astype(s.dtype), "multiply"
+        return {"scale": s, "scale_op": "reciprocal"}
+    return {"scale": (np.float32(1) / s.astype(np.float32)).astype(s.dtype), "scale_op": "multiply"}
 
 
 def quantize_affine(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero_point: npt.ArrayLike | None,
@@ -168,7 +171,8 @@ def quantize_affine(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero
         One entry per dimension, each dividing its dimension.
     scale : numpy.ndarray
         One value per block (float32; a float16/bfloat16 scale is inverted in its
-        own dtype, as torch does).
+        own dtype, as torch does, and with an input of the same half type the whole
+        computation is in that type: ``compute_dtype``).
     zero_point : numpy.ndarray
         Integer zero points, one per block. ``None`` raises ``TypeError`` (as in
         torchao 0.18); use :func:`_quantize_affine_no_zero_point` or zeros.
@@ -202,10 +206,10 @@ def quantize_affine(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero
         raise NotImplementedError(f"output_dtype={output_dtype!r}: \"copy_\" not implemented for "
                                   f"'{key.capitalize()}' in torch 2.13; use output_dtype='int8' with "
                                   f"quant_min={qmin}, quant_max={qmax}")
-    s, op = _reciprocal(_scale(scale, grid, x.dtype))
+    applied = _reciprocal(_scale(scale, grid), x.dtype)
     zp = _view("zero_point", zero_point, grid)
-    return api.quantize(x, s, _TARGETS[key][0], zero_point=zp, block_size=block, quant_min=qmin,
-                        quant_max=qmax, scale_op=op)
+    return api.quantize(x, dtype=_TARGETS[key][0], zero_point=zp, block_size=block, quant_min=qmin,
+                        quant_max=qmax, **applied)
 
 
 def _codes(input, key: str) -> np.ndarray:
@@ -359,8 +363,8 @@ def _quantize_affine_no_zero_point(input: npt.ArrayLike, block_size, scale: npt.
     if key in _SUB_BYTE_INT:
         raise NotImplementedError(f"output_dtype={output_dtype!r} cannot be materialised in torch 2.13; use 'int8' "
                                   f"with quant_min={qmin}, quant_max={qmax}")
-    s, op = _reciprocal(_scale(scale, grid, x.dtype))
-    return api.quantize(x, s, _TARGETS[key][0], block_size=block, quant_min=qmin, quant_max=qmax, scale_op=op)
+    applied = _reciprocal(_scale(scale, grid), x.dtype)
+    return api.quantize(x, dtype=_TARGETS[key][0], block_size=block, quant_min=qmin, quant_max=qmax, **applied)
 
 
 def _dequantize_affine_no_zero_point(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero_point,

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..modes import Mapping, ScaleOp
-from .bits import bits_f32, element_function, key_f32, load_f32, rint_f32
+from ..modes import Mapping
+from .bits import bits_f32, element_function, key_f32, load_f32, rint_f32, store_float
 
 __all__ = [
     "AMAX_TINY",
+    "in_precision",
     "scaled",
     "quantize_value",
     "dequantize_value",
@@ -37,16 +38,35 @@ F32_MAX = np.float32(np.finfo(np.float32).max)
 
 
 @element_function
-def scaled(x, scale, scale_op):
-    """``x / scale`` (``ScaleOp.DIVIDE``) or ``x * scale`` (``ScaleOp.MULTIPLY``) in float32.
+def in_precision(v, scale_op):
+    """``v`` rounded (RNE) to the compute precision of ``scale_op`` (:class:`~nbquant.modes.ScaleOp`), as float32.
 
-    Selected arithmetically, not by a branch, so a loop over it vectorizes:
-    ``(v * 1) / s == v / s`` and ``(v * s) / 1 == v * s`` exactly.
+    float32 ops return ``v``; ``_F16`` ops round to float16 and ``_BF16`` ops to bfloat16
+    (NaN becomes the canonical NaN). A float32 result of one operation on two float16 (or
+    bfloat16) values, rounded so, is the correctly rounded float16 (bfloat16) result:
+    float32 carries more than ``2p + 2`` bits for both.
+    """
+    precision = scale_op >> 1
+    if precision == 1:
+        return load_f32(store_float(v, np.uint16(0)))
+    if precision == 2:
+        return load_f32(store_float(v, np.int16(0)))
+    return np.float32(v)
+
+
+@element_function
+def scaled(x, scale, scale_op):
+    """``x / scale`` or ``x * scale`` (:class:`~nbquant.modes.ScaleOp`), in float32 or rounded to float16/bfloat16.
+
+    The multiply or divide is selected arithmetically, not by a branch, so a loop over it
+    vectorizes: ``(v * 1) / s == v / s`` and ``(v * s) / 1 == v * s`` exactly. In a half
+    precision ``x`` is rounded to it first, and the result after (``scale`` already is).
     """
     one = np.float32(1.0)
     s = np.float32(scale)
-    multiply = scale_op == ScaleOp.MULTIPLY
-    return (load_f32(x) * (s if multiply else one)) / (one if multiply else s)
+    multiply = (scale_op & 1) == 1
+    v = in_precision(load_f32(x), scale_op)
+    return in_precision((v * (s if multiply else one)) / (one if multiply else s), scale_op)
 
 
 @element_function
@@ -55,7 +75,8 @@ def quantize_value(x, scale, zero_point, scale_op, zero_point_before, qmin, qmax
 
     ``v = x / scale`` or ``x * scale`` (:func:`scaled`); NaN becomes 0; then
     ``clamp(rne(v + zp))`` when ``zero_point_before`` else ``clamp(rne(v) + zp)``.
-    ±inf clamp to the bounds.
+    ±inf clamp to the bounds. In a half precision the sum is rounded to it too
+    (:func:`in_precision`; the other rounding is then exact).
 
     ``rne(v + (-0.0)) + z`` is ``rne(v) + z``: adding ``-0.0`` is an identity the
     compiler removes when ``zero_point_before`` is a constant False (``+0.0`` is not:
@@ -66,7 +87,7 @@ def quantize_value(x, scale, zero_point, scale_op, zero_point_before, qmin, qmax
     v = scaled(x, scale, scale_op)
     v = np.float32(0.0) if v != v else v
     z_before = z if zero_point_before else np.float32(-0.0)
-    r = rint_f32(v + z_before) + (z - z_before)
+    r = in_precision(rint_f32(in_precision(v + z_before, scale_op)) + (z - z_before), scale_op)
     return min(max(r, np.float32(qmin)), np.float32(qmax))
 
 

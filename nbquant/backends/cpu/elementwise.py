@@ -63,9 +63,9 @@ def quantize_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp_before, qmin
             g += 1
 
 
-# The kernels call the helpers below with ``scale_op`` as a literal constant, one call per
-# value, so each inner loop is compiled for one scale op: the multiply path never divides
-# (a float32 divide costs more than the memory traffic on two cores).
+# The kernels call the helpers below with ``scale_op`` as a literal constant for the float32
+# ops, one call per value, so each inner loop is compiled for one scale op: the multiply path
+# never divides (a float32 divide costs more than the memory traffic on two cores).
 
 
 @element_function
@@ -84,20 +84,24 @@ def _quantize_columns(xs, ss, zs, os, scale_op, zp_before, qmin, qmax, mask):
 
 @element_function
 def quantize_block(xs, os, s, z, scale_op, zp_before, qmin, qmax, mask):
-    """:func:`_quantize_block` compiled per scale op."""
+    """:func:`_quantize_block` compiled per float32 scale op."""
     if scale_op == ScaleOp.MULTIPLY:
         _quantize_block(xs, os, s, z, ScaleOp.MULTIPLY, zp_before, qmin, qmax, mask)
-    else:
+    elif scale_op == ScaleOp.DIVIDE:
         _quantize_block(xs, os, s, z, ScaleOp.DIVIDE, zp_before, qmin, qmax, mask)
+    else:  # half precision (compute_dtype): one loop for the four ops
+        _quantize_block(xs, os, s, z, scale_op, zp_before, qmin, qmax, mask)
 
 
 @element_function
 def quantize_columns(xs, ss, zs, os, scale_op, zp_before, qmin, qmax, mask):
-    """:func:`_quantize_columns` compiled per scale op."""
+    """:func:`_quantize_columns` compiled per float32 scale op."""
     if scale_op == ScaleOp.MULTIPLY:
         _quantize_columns(xs, ss, zs, os, ScaleOp.MULTIPLY, zp_before, qmin, qmax, mask)
-    else:
+    elif scale_op == ScaleOp.DIVIDE:
         _quantize_columns(xs, ss, zs, os, ScaleOp.DIVIDE, zp_before, qmin, qmax, mask)
+    else:  # half precision (compute_dtype): one loop for the four ops
+        _quantize_columns(xs, ss, zs, os, scale_op, zp_before, qmin, qmax, mask)
 
 
 #: Codes a packing kernel quantizes into a byte buffer (in L1) before packing them in one loop.

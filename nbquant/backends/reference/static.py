@@ -8,10 +8,10 @@ share no indexing code.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from ...layout import BlockLayout
-from ...modes import ScaleOp
 
 
 def expand(grid_param: np.ndarray, layout: BlockLayout) -> np.ndarray:
@@ -22,6 +22,8 @@ def expand(grid_param: np.ndarray, layout: BlockLayout) -> np.ndarray:
     return full
 
 
+#: The NumPy type of each ``compute_dtype`` (:attr:`~nbquant.modes.ScaleOp.compute_dtype`).
+_PRECISIONS = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 _PACK_GROUPS = {2: (4, 1), 4: (2, 1), 6: (4, 3)}  # bits -> (codes, bytes), a little-endian bit stream
 
 
@@ -70,17 +72,18 @@ class StaticOps:
     def quantize(self, x, scale, zero_point, spec, out) -> None:
         """Fill ``out`` (the format's unsigned storage, packed or not) with codes of ``x``."""
         fmt, layout = spec.format, spec.layout
-        v = np.asarray(x, dtype=np.float32)
-        s = expand(scale, layout)
-        v = v * s if spec.scale_op == ScaleOp.MULTIPLY else v / s
+        t = _PRECISIONS[spec.scale_op.compute_dtype]  # every operation below is in t (NumPy rounds to it)
+        v = np.asarray(x).astype(t)
+        s = expand(scale, layout).astype(t)
+        v = v * s if spec.scale_op.multiplies else v / s
         if fmt.is_float:
-            codes = _float_codes(v, spec)
+            codes = _float_codes(v.astype(np.float32), spec)
             out[...] = pack(codes, fmt.bits) if spec.packed else codes
             return
-        v = np.where(np.isnan(v), np.float32(0), v)
-        z = expand(zero_point, layout) if zero_point is not None else np.float32(0)
+        v = np.where(np.isnan(v), t(0), v)
+        z = (expand(zero_point, layout) if zero_point is not None else np.zeros((), np.float32)).astype(t)
         r = np.rint(v + z) if spec.zero_point_before else np.rint(v) + z
-        code = np.clip(r, np.float32(spec.qmin), np.float32(spec.qmax)).astype(np.int32)
+        code = np.clip(r.astype(np.float32), np.float32(spec.qmin), np.float32(spec.qmax)).astype(np.int32)
         bits = code & np.int32(fmt.mask)
         out[...] = pack(bits, fmt.bits) if spec.packed else bits
 
