@@ -89,13 +89,15 @@ def quantize(
     x : array_like
         float32, float16, bfloat16 (ml_dtypes) or float64 input, any shape and
         strides (a non-contiguous input is copied once). float64 and the half types
-        are converted to float32 first; all arithmetic is float32.
+        are converted to float32 first; the arithmetic is float32 (see ``compute_dtype``).
     scale : array_like
         Positive finite scales: one value (per-tensor), one per channel along
         ``axis``, or one per block (see ``block_size``). Converted to float32.
     dtype : str or dtype
-        The quantized format: ``"int8"``, ``"uint8"``, ``"int16"``, ``"uint16"``,
+        The quantized format: ``"int8"``, ``"uint8"``, ``"int16"``, ``"uint16"``, ``"int32"``,
         ``"int4"``, ``"uint4"``, ``"int2"``, ``"uint2"`` or the numpy/ml_dtypes dtype.
+        int32 codes (biases) come from float32 arithmetic: integers above ``2**24``
+        are float32's, and the largest code is ``2**31 - 128`` (+inf saturates there).
     zero_point : array_like, optional
         Same shape as ``scale``. Integers within the format's range when added after
         rounding (the default); any finite float with ``zero_point_order="before_rounding"``.
@@ -225,8 +227,9 @@ def _code_format(q: np.ndarray, dtype, tag: str | None) -> tuple[QuantFormat, bo
         try:
             return get_format(q.dtype), False
         except ValueError:
-            raise TypeError(f"q has dtype {q.dtype}, which holds no quantized codes; pass int8, uint8, int16, uint16 "
-                            "or ml_dtypes int4/uint4/int2/uint2 codes, or packed uint8 with dtype=") from None
+            raise TypeError(f"q has dtype {q.dtype}, which holds no quantized codes; pass int8, uint8, int16, "
+                            "uint16, int32 or ml_dtypes int4/uint4/int2/uint2 codes, or packed uint8 with "
+                            "dtype=") from None
     fmt = get_format(dtype)
     if q.dtype == fmt.dtype:
         return fmt, False
@@ -257,7 +260,7 @@ def dequantize(
     Parameters
     ----------
     q : array_like
-        Codes: int8, uint8, int16, uint16 or ml_dtypes int4/uint4/int2/uint2, or
+        Codes: int8, uint8, int16, uint16, int32 or ml_dtypes int4/uint4/int2/uint2, or
         packed uint8 (then ``dtype`` names the sub-byte format).
     scale, zero_point, axis, block_size
         As in :func:`quantize`, describing the unpacked shape. The zero point may be

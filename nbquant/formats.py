@@ -119,7 +119,17 @@ class QuantFormat:
     @property
     def storage(self) -> np.dtype:
         """The unsigned dtype kernels write one unpacked code into."""
-        return np.dtype(np.uint16) if self.bits > 8 else np.dtype(np.uint8)
+        return np.dtype(f"uint{max(8, self.bits)}") if self.bits in (8, 16, 32) else np.dtype(np.uint8)
+
+    @property
+    def largest_code(self) -> int:
+        """The largest code float32 arithmetic can produce: ``qmax``, or ``2**31 - 128`` for int32.
+
+        Codes are computed in float32 and converted; ``2**31 - 1`` is not a float32 (it
+        rounds to ``2**31``, which int32 cannot hold), so int32 codes saturate at the
+        largest float32 below ``2**31``.
+        """
+        return min(self.qmax, int(np.nextafter(np.float32(2.0 ** 31), np.float32(0))))
 
     @property
     def mask(self) -> int:
@@ -169,6 +179,7 @@ FORMATS: dict[str, QuantFormat] = {
         _row("uint8", np.uint8, 8, False),
         _row("int16", np.int16, 16, True),
         _row("uint16", np.uint16, 16, False),
+        _row("int32", np.int32, 32, True),
         _row("int4", ml_dtypes.int4, 4, True),
         _row("uint4", ml_dtypes.uint4, 4, False),
         _row("int2", ml_dtypes.int2, 2, True),

@@ -212,6 +212,9 @@ def check_zero_point(zero_point, layout: BlockLayout, fmt: QuantFormat, integral
                    "integers when added after rounding (zero_point_order='after_rounding')")
         _first_bad("zero_point", zero_point, raw, (exact < fmt.qmin) | (exact > fmt.qmax),
                    f"within the {fmt.name} range [{fmt.qmin}, {fmt.qmax}]")
+        if given.dtype.kind in "iuf" and given.dtype.itemsize >= 4:  # int32 zero points beyond 2**24
+            _first_bad("zero_point", zero_point, raw, given.astype(np.float64) != raw.astype(np.float64),
+                       "integers float32 holds exactly (the arithmetic is float32; every integer up to 2**24)")
     return np.ascontiguousarray(z) if z.any() else None
 
 
@@ -279,7 +282,10 @@ def check_bool(name: str, value, *, none: bool = False) -> bool:
 
 
 def check_quant_range(fmt: QuantFormat, quant_min, quant_max) -> tuple[int, int]:
-    """Return ``(qmin, qmax)``: the format's range unless overridden inside it (integral floats accepted)."""
+    """Return ``(qmin, qmax)``: the format's range unless overridden inside it (integral floats accepted).
+
+    ``qmax`` is at most :attr:`~nbquant.formats.QuantFormat.largest_code` (int32: ``2**31 - 128``).
+    """
     lo = fmt.qmin if quant_min is None else check_int("quant_min", quant_min, integral_float=True)
     hi = fmt.qmax if quant_max is None else check_int("quant_max", quant_max, integral_float=True)
     for arg, v in (("quant_min", lo), ("quant_max", hi)):
@@ -287,7 +293,7 @@ def check_quant_range(fmt: QuantFormat, quant_min, quant_max) -> tuple[int, int]
             raise ValueError(f"{arg}={v} is outside the {fmt.name} range; use {fmt.qmin} <= {arg} <= {fmt.qmax}")
     if lo > hi:
         raise ValueError(f"quant_min={lo} is greater than quant_max={hi}; quant_min must be <= quant_max")
-    return lo, hi
+    return lo, min(hi, fmt.largest_code)
 
 
 def _overlaps(out: np.ndarray, value) -> bool:

@@ -66,12 +66,17 @@ def test_reference_backend_runs_without_numba():
 
 
 def test_scale_op_codes_agree_with_the_element_functions():
-    """The spec and the element functions share one ScaleOp enum, and its members are distinct codes."""
-    from nbquant import element, spec
-    from nbquant.element import affine
+    """Each ScaleOp member's code makes the element function divide or multiply, in its compute dtype."""
+    import ml_dtypes
 
-    assert spec.ScaleOp is affine.ScaleOp and element.scaled is affine.scaled
-    assert spec.ScaleOp.DIVIDE != spec.ScaleOp.MULTIPLY
+    from nbquant import element, modes, spec
+
+    assert spec.ScaleOp is modes.ScaleOp and len(set(map(int, modes.ScaleOp))) == len(modes.ScaleOp)
+    x, s = np.float32(1000.0), np.float32(3.0)
+    for op in modes.ScaleOp:
+        t = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}[op.compute_dtype]
+        want = np.float32(t(t(x) * t(s) if op.multiplies else t(x) / t(s)))
+        assert element.scaled(x, s, int(op)) == want, op
 
 
 # --- backends() ------------------------------------------------------------------------------------

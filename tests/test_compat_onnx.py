@@ -138,8 +138,14 @@ def test_argument_errors():
         connx.quantize_linear(x, np.ones(2, np.float32))
     with pytest.raises(ValueError, match="blocked"):
         connx.quantize_linear(x, np.ones((2, 1), np.float32), axis=1, block_size=2)
-    with pytest.raises(NotImplementedError, match="precision"):
-        connx.quantize_linear(x.astype(np.float16), np.float16(1))
+    with pytest.raises(NotImplementedError, match="int32"):
+        connx.quantize_linear(x.astype(np.float16), np.float16(1), np.int16(3))
+    with pytest.raises(NotImplementedError, match="float64"):
+        connx.dequantize_linear(np.zeros(3, np.int32), np.float32(1), np.int32(5))
+    with pytest.raises(ValueError, match="INT32 output"):
+        connx.quantize_linear(x, np.float32(1), output_dtype=6)
+    with pytest.raises(TypeError, match="no common type"):
+        connx.quantize_linear(x.astype(np.float16), np.array(1, ml_dtypes.bfloat16))
     # precision=FLOAT makes a float16 scale exact
     assert connx.quantize_linear(x.astype(np.float16), np.float16(0.5), precision=1).tolist() == [[2] * 3] * 2
     with pytest.raises(ValueError, match="must be zero"):
@@ -148,3 +154,100 @@ def test_argument_errors():
         connx.dequantize_linear(np.zeros(3, np.int8), np.float32(1), np.uint8(0))
     with pytest.raises(TypeError, match="float32"):
         connx.dynamic_quantize_linear(np.ones(3))
+
+
+# --- scale / zero-point shape pairings, int32, half-precision division ------------------------------
+
+PAIRINGS = [  # scale shape, zero-point shape, attributes: every pairing the opset-25 evaluator accepts
+    ((), (1,), {}), ((1,), (), {}), ((1,), (1,), {}), ((1, 1, 1), (), {}), ((), (1, 1), {}),
+    ((6,), (), {"axis": 1}), ((6,), (1,), {"axis": 1}), ((), (6,), {"axis": 1}), ((1,), (6,), {"axis": -2}),
+    ((4, 3, 5), (), {"axis": 1, "block_size": 2}), ((1,), (4, 3, 5), {"axis": 1, "block_size": 2}),
+    ((4, 6, 5), (4, 6, 5), {"axis": 1, "block_size": 1}), ((), (), {"axis": 1, "block_size": 4}),
+]
+
+
+@pytest.mark.parametrize(("sshape", "zshape", "attrs"), PAIRINGS, ids=[f"s{p[0]}-z{p[1]}-{p[2]}" for p in PAIRINGS])
+@pytest.mark.parametrize(("ttype", "dt"), [(TensorProto.INT8, np.int8), (TensorProto.UINT4, ml_dtypes.uint4)])
+def test_scale_and_zero_point_shape_pairings(sshape, zshape, attrs, ttype, dt):
+    rng = np.random.default_rng(len(sshape) * 10 + len(zshape))
+    x = _x(rng, (4, 6, 5), 6.0)
+    s = rng.uniform(0.2, 2, sshape).astype(np.float32)
+    lo, hi = int(ml_dtypes.iinfo(dt).min), int(ml_dtypes.iinfo(dt).max)
+    z = rng.integers(lo, hi + 1, zshape).astype(dt)
+    y_ref = _run("QuantizeLinear", [x, s, z], ttype, **attrs)
+    assert_same_bits(connx.quantize_linear(x, s, z, **attrs), y_ref)
+    d_ref = _run("DequantizeLinear", [y_ref, s, z], 0, **attrs)
+    assert_same_bits(connx.dequantize_linear(y_ref, s, z, **attrs), d_ref)
+
+
+REFUSED = [  # shapes the evaluator refuses, refused by nbquant too
+    ((2, 6), (), {"axis": 1}), ((5,), (), {"axis": 1}), ((6,), (5,), {"axis": 1}), ((4, 2, 5), (), {"axis": 1,
+                                                                                                   "block_size": 2}),
+    ((6,), (), {"axis": 3}),
+]
+
+
+@pytest.mark.parametrize(("sshape", "zshape", "attrs"), REFUSED, ids=[f"s{p[0]}-z{p[1]}-{p[2]}" for p in REFUSED])
+def test_shapes_the_evaluator_refuses_are_refused(sshape, zshape, attrs):
+    x = np.ones((4, 6, 5), np.float32)
+    s, z = np.ones(sshape, np.float32), np.zeros(zshape, np.int8)
+    with pytest.raises(Exception):  # noqa: B017 (the evaluator raises AssertionError, IndexError or ValueError)
+        _run("QuantizeLinear", [x, s, z], TensorProto.INT8, **attrs)
+    with pytest.raises((ValueError, IndexError)):
+        connx.quantize_linear(x, s, z, **attrs)
+
+
+def _ort_dequantize(q, s, z=None, **attrs):
+    ort = pytest.importorskip("onnxruntime")
+    names = ["x", "s", "z"][: 2 + (z is not None)]
+    arrays = [q, s] + ([z] if z is not None else [])
+    vin = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+           for n, a in zip(names, arrays, strict=True)]
+    node = helper.make_node("DequantizeLinear", names, ["y"], **attrs)
+    graph = helper.make_graph([node], "g", vin, [helper.make_tensor_value_info("y", TensorProto.FLOAT, q.shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, dict(zip(names, arrays, strict=True)))[0]
+
+
+@pytest.mark.parametrize("attrs", [{}, {"axis": 0}, {"axis": 1, "block_size": 3}])
+def test_int32_dequantize_linear(attrs):
+    """int32 codes (biases) of every magnitude, float32 rounding beyond 2**24 included."""
+    rng = np.random.default_rng(3)
+    q = rng.integers(-2 ** 31, 2 ** 31, (5, 7), dtype=np.int64).astype(np.int32)
+    q.reshape(-1)[:6] = [0, 1, -1, 2 ** 24 + 1, 2 ** 31 - 1, -2 ** 31]
+    s = {0: np.array(3e-5, np.float32), 1: rng.uniform(1e-6, 1e-3, 5).astype(np.float32),
+         2: rng.uniform(1e-6, 1e-3, (5, 3)).astype(np.float32)}[len(attrs)]
+    got = connx.dequantize_linear(q, s, **attrs)
+    assert_same_bits(got, _run("DequantizeLinear", [q, s], 0, **attrs))
+    assert_same_bits(got, _ort_dequantize(q, s, **attrs))
+    z = np.zeros(np.shape(s), np.int32)  # a zero point of zeros, as ONNX bias zero points are
+    assert_same_bits(connx.dequantize_linear(q, s, z, **attrs), _run("DequantizeLinear", [q, s, z], 0, **attrs))
+
+
+@pytest.mark.parametrize("precision", [0, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT])
+@pytest.mark.parametrize(("xdt", "sdt"), [(np.float16, np.float16), (ml_dtypes.bfloat16, ml_dtypes.bfloat16),
+                                          (np.float32, np.float32), (np.float16, np.float32)])
+@pytest.mark.parametrize(("ttype", "dt"), [(TensorProto.INT8, np.int8), (TensorProto.UINT8, np.uint8),
+                                           (TensorProto.INT16, np.int16), (TensorProto.FLOAT8E4M3FN,
+                                                                           ml_dtypes.float8_e4m3fn)])
+def test_half_precision_division(precision, xdt, sdt, ttype, dt):
+    """``precision`` and a division in the inputs' common half type: x, scale and quotient rounded to it."""
+    rng = np.random.default_rng(ttype + precision)
+    x = _x(rng, (4, 33), 40.0).astype(xdt)
+    s = rng.uniform(0.05, 3, 33).astype(sdt)
+    attrs = {"axis": 1} | ({"precision": precision} if precision else {})
+    if dt in (np.int8, np.uint8, np.int16):
+        z = rng.integers(0 if dt == np.uint8 else -20, 20, 33).astype(dt)
+        half = precision in (TensorProto.FLOAT16, TensorProto.BFLOAT16) or (not precision and xdt != np.float32
+                                                                           and xdt == sdt)
+        if dt == np.int16 and half:
+            with pytest.raises(NotImplementedError, match="int32"):
+                connx.quantize_linear(x, s, z, **attrs)
+            z = np.zeros(33, np.int16)
+        y_ref = _run("QuantizeLinear", [x, s, z], ttype, **attrs)
+        assert_same_bits(connx.quantize_linear(x, s, z, **attrs), y_ref)
+    else:
+        y_ref = _run("QuantizeLinear", [x, s], ttype, output_dtype=ttype, **attrs)
+        assert_same_bits(connx.quantize_linear(x, s, output_dtype=ttype, **attrs), y_ref)

@@ -116,6 +116,8 @@ INT_CASES = [
     ("int2", (3, 5, 12), {"axis": -1, "block_size": 5}, None, "multiply", True, F64, BF16),
     ("uint4", (5, 18), {"block_size": (5, 3)}, "half", "divide", True, F16, F32),
     ("uint2", (3, 8), {"axis": 0}, None, "divide", True, F32, F32),
+    ("int32", (3, 5, 7), {"axis": 1}, "int", "divide", False, F32, F32),
+    ("int32", (5, 18), {"block_size": (1, 6)}, None, "reciprocal", False, BF16, F16),
 ]
 
 
@@ -127,8 +129,8 @@ def test_integer_quantize_and_dequantize(backend, fmt, shape, layout, zp, scale_
     scale = _pow2(grid, seed=len(shape) + f.bits)
     kw = dict(layout, scale_op=scale_op, packed=packed)
     rng = np.random.default_rng(f.bits)
-    if zp == "int":
-        kw["zero_point"] = rng.integers(f.qmin, f.qmax + 1, grid).astype(np.int32)
+    if zp == "int":  # int32: zero points float32 holds exactly
+        kw["zero_point"] = rng.integers(max(f.qmin, -2 ** 24), min(f.qmax, 2 ** 24) + 1, grid).astype(np.int32)
     elif zp == "half":
         kw.update(zero_point=(rng.integers(2 * f.qmin, 2 * f.qmax + 1, grid) / 2).astype(np.float32),
                   zero_point_order="before_rounding")

@@ -13,7 +13,12 @@ Numerics (ONNX operator spec and its reference implementation):
 Granularity: a scalar (or one-element) scale is per-tensor; a 1-D scale is
 per-axis along ``axis`` (default 1, negative values count from the end); with
 ``block_size > 0`` the scale has the input's rank and ``ceil(n / block_size)``
-along ``axis`` (the last block may be partial).
+along ``axis`` (the last block may be partial). The zero point is read the same way,
+on its own: a one-element zero point beside a per-axis scale (or the reverse) is
+accepted, as by the reference evaluator.
+
+Arithmetic: ``x / y_scale`` runs in ``precision`` or, without it, in the common type of
+``x`` and ``y_scale`` (float16 or bfloat16 when both are; nbquant's ``compute_dtype``).
 
 The quantized type is the zero point's dtype when a zero point is given, else
 ``output_dtype``, else uint8. ``output_dtype`` may be a ``TensorProto`` enum value
@@ -34,11 +39,14 @@ __all__ = ["quantize_linear", "dequantize_linear", "dynamic_quantize_linear", "T
 
 #: ONNX ``TensorProto.DataType`` values of the quantized types nbquant can produce.
 TENSOR_TYPES: dict[int, str] = {
-    2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 21: "uint4", 22: "int4", 25: "uint2", 26: "int2",
+    2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 21: "uint4", 22: "int4", 25: "uint2", 26: "int2",
     17: "float8_e4m3fn", 19: "float8_e5m2", 23: "float4_e2m1fn", 27: "float6_e2m3fn", 28: "float6_e3m2fn",
 }
-_UNSUPPORTED = {18: "FLOAT8E4M3FNUZ", 20: "FLOAT8E5M2FNUZ", 6: "INT32", 24: "FLOAT8E8M0"}
-_ONNX_NAMES = {"uint8": "uint8", "int8": "int8", "uint16": "uint16", "int16": "int16", "uint4": "uint4",
+_UNSUPPORTED = {18: "FLOAT8E4M3FNUZ (nbquant has no FNUZ formats; use 17, FLOAT8E4M3FN)",
+                20: "FLOAT8E5M2FNUZ (nbquant has no FNUZ formats; use 19, FLOAT8E5M2)",
+                24: "FLOAT8E8M0, not a QuantizeLinear/DequantizeLinear type in opset 25 (the evaluator refuses it)"}
+_ONNX_NAMES = {"uint8": "uint8", "int8": "int8", "uint16": "uint16", "int16": "int16", "int32": "int32",
+               "uint4": "uint4",
                "int4": "int4", "uint2": "uint2", "int2": "int2", "float8e4m3fn": "float8_e4m3fn",
                "float8e5m2": "float8_e5m2", "float4e2m1": "float4_e2m1fn", "float6e2m3": "float6_e2m3fn",
                "float6e3m2": "float6_e3m2fn"}
@@ -81,39 +89,67 @@ def _scale_arg(name: str, value) -> np.ndarray:
     return check_finite(name, arr, arr.dtype, positive=True)
 
 
-def _layout(shape: tuple[int, ...], scale: np.ndarray, axis, block_size) -> dict:
-    """ONNX scale shapes → the core ``axis`` / ``block_size`` arguments."""
-    axis, block = check_int("axis", axis), check_int("block_size", block_size)
+def _param_layout(name: str, value: np.ndarray, shape: tuple[int, ...], axis: int, block: int) -> dict | None:
+    """The core layout of one scale or zero point, as the reference evaluator reshapes it; None: per-tensor."""
+    if value.ndim == 0 or value.size == 1:
+        return None
     rank = len(shape)
-    if block < 0:
-        raise ValueError(f"block_size={block} must be >= 0 (0: no blocking)")
-    if scale.ndim == 0 or scale.size == 1:
-        return {}
     if not -rank <= axis < rank:
         raise ValueError(f"axis={axis} is out of range for an input of rank {rank}; use {-rank} <= axis < {rank}")
     a = axis % rank
     if block == 0:
-        if scale.ndim != 1 or scale.shape[0] != shape[a]:
-            raise ValueError(f"scale has shape {scale.shape}; per-axis quantization along axis={axis} needs a 1-D "
-                             f"scale of length {shape[a]} (or set block_size for blocked quantization)")
+        if value.ndim != 1 or value.shape[0] != shape[a]:
+            raise ValueError(f"{name} has shape {value.shape}; per-axis quantization along axis={axis} needs a 1-D "
+                             f"{name} of length {shape[a]}, or one value (or set block_size for blocked quantization)")
         return {"axis": a}
     want = tuple(-(-n // block) if d == a else n for d, n in enumerate(shape))
-    if scale.shape != want:
-        raise ValueError(f"scale has shape {scale.shape}; blocked quantization with block_size={block} along "
-                         f"axis={axis} of an input of shape {shape} needs shape {want}")
+    if value.shape != want:
+        raise ValueError(f"{name} has shape {value.shape}; blocked quantization with block_size={block} along "
+                         f"axis={axis} of an input of shape {shape} needs shape {want}, or one value")
     return {"axis": a, "block_size": block}
 
 
-def _zero_point(zp: np.ndarray | None, scale: np.ndarray, fmt: str, name: str) -> np.ndarray | None:
+def _layout(shape: tuple[int, ...], scale: np.ndarray, zp: np.ndarray | None, axis, block_size,
+            names: tuple[str, str]) -> tuple[np.ndarray, np.ndarray | None, dict]:
+    """ONNX scale and zero-point shapes → ``(scale, zero_point, core layout)``.
+
+    Each is read on its own, as the opset-25 reference evaluator does: a scalar or
+    one-element tensor is per-tensor, else per-axis (1-D) or blocked. A per-tensor one
+    beside a per-axis or blocked other is repeated to the other's shape (exact: the same
+    value for every block).
+    """
+    axis, block = check_int("axis", axis), check_int("block_size", block_size)
+    if block < 0:
+        raise ValueError(f"block_size={block} must be >= 0 (0: no blocking)")
+    layout = _param_layout(names[0], scale, shape, axis, block)
+    zp_layout = None if zp is None else _param_layout(names[1], zp, shape, axis, block)
+    if layout is None and zp_layout is None:
+        return scale.reshape(()), None if zp is None else zp.reshape(()), {}
+    if layout is None:
+        return np.broadcast_to(scale.reshape(()), zp.shape), zp, zp_layout
+    if zp is not None and zp_layout is None:
+        zp = np.broadcast_to(zp.reshape(()), scale.shape)
+    return scale, zp, layout
+
+
+def _zero_point(zp: np.ndarray | None, fmt: str, name: str) -> np.ndarray | None:
     if zp is None:
         return None
-    if zp.shape != scale.shape:
-        raise ValueError(f"{name} has shape {zp.shape}; it must have the scale's shape {scale.shape}")
     if fmt.startswith("float"):
         if np.any(zp.astype(np.float32) != 0):
             raise ValueError(f"{name} must be zero for the floating-point type {fmt}")
         return None
     return zp.astype(np.int32)  # the core takes numpy integers, not ml_dtypes int4/int2 arrays
+
+
+def _division_dtype(x: np.ndarray, s: np.ndarray, precision) -> np.dtype:
+    """The dtype ``x / y_scale`` runs in: ``precision``, else NumPy's promotion of the two (the evaluator's)."""
+    if precision != 0 and precision is not None:
+        return _float_type(precision, "precision")
+    if x.dtype != s.dtype and np.float32 not in (x.dtype, s.dtype):
+        raise TypeError(f"x is {x.dtype} and y_scale is {s.dtype}, which have no common type (the evaluator "
+                        "cannot divide them); pass precision=1 (FLOAT), or a float32 y_scale")
+    return np.dtype(np.float32) if x.dtype != s.dtype else x.dtype
 
 
 def quantize_linear(x: npt.ArrayLike, y_scale: npt.ArrayLike, y_zero_point: npt.ArrayLike | None = None, *,
@@ -126,10 +162,13 @@ def quantize_linear(x: npt.ArrayLike, y_scale: npt.ArrayLike, y_zero_point: npt.
     x : numpy.ndarray
         float32, float16 or bfloat16.
     y_scale : numpy.ndarray
-        float32, float16 or bfloat16; scalar, 1-D (per-axis) or blocked.
+        float32, float16 or bfloat16: a scalar or one-element tensor (per-tensor), 1-D
+        (per-axis) or blocked.
     y_zero_point : numpy.ndarray, optional
         Its dtype is the output type (int8, uint8, int16, uint16, ml_dtypes
-        int4/uint4/int2/uint2, or a float8/float4/float6 type with zeros).
+        int4/uint4/int2/uint2, or a float8/float4/float6 type with zeros). Per-tensor,
+        per-axis or blocked independently of ``y_scale`` (a one-element zero point beside
+        a per-axis scale, or the reverse, as ONNX's own node tests pass them).
     axis : int
         The per-axis or blocked dimension (default 1).
     block_size : int
@@ -137,8 +176,12 @@ def quantize_linear(x: npt.ArrayLike, y_scale: npt.ArrayLike, y_zero_point: npt.
     output_dtype : int, str or dtype
         The output type when no zero point is given (``0``: uint8).
     precision : int, str or dtype
-        The dtype of the division (``0``: the scale's dtype). Only float32 is
-        available: a float16/bfloat16 division raises ``NotImplementedError``.
+        The dtype of the division: FLOAT (1), FLOAT16 (10) or BFLOAT16 (16); ``0``: the
+        common type of ``x`` and ``y_scale`` (a half type when both are). ``x`` and
+        ``y_scale`` are rounded to it and so is the quotient (``compute_dtype``); the
+        zero point is then added exactly. A half division with an int16/uint16 output
+        and a nonzero zero point raises ``NotImplementedError`` (nbquant rounds that sum
+        to the half type as well, where ONNX adds in int32).
     saturate : int
         Floating-point outputs: ``1`` clamps to the largest finite value, ``0`` gives
         NaN (e4m3fn) or inf (e5m2) on overflow.
@@ -158,6 +201,8 @@ def quantize_linear(x: npt.ArrayLike, y_scale: npt.ArrayLike, y_zero_point: npt.
     array([[126, 128, 133, 255]], dtype=uint8)
     >>> quantize_linear(x, np.float32(0.5), output_dtype="INT4")
     array([[-2, 0, 5, 7]], dtype=int4)
+    >>> quantize_linear(x, np.array([0.5], np.float32), np.array([1, 2, 3, 4], np.int8), axis=1)
+    array([[ -1,   2,   8, 127]], dtype=int8)
     """
     xa = _float_arg("x", x)
     s = _scale_arg("y_scale", y_scale)
@@ -170,15 +215,19 @@ def quantize_linear(x: npt.ArrayLike, y_scale: npt.ArrayLike, y_zero_point: npt.
                              f"{zp.dtype}; they must be the same type")
         fmt = zfmt
     fmt = fmt or "uint8"
-    div = s.dtype if (precision == 0 or precision is None) else _float_type(precision, "precision")
-    if div != np.float32:
-        raise NotImplementedError(f"the division x / y_scale would run in {div} (precision={precision!r}, y_scale "
-                                  f"dtype {s.dtype}); nbquant computes in float32 only: pass precision=1 (FLOAT) "
-                                  "or a float32 y_scale")
+    if fmt == "int32":
+        raise ValueError("QuantizeLinear has no INT32 output (DequantizeLinear reads int32); use one of "
+                         f"{sorted(k for k, v in TENSOR_TYPES.items() if v != 'int32')}")
+    div = _division_dtype(xa, s, precision)
     if not isinstance(saturate, (int, np.integer, np.bool_)) or saturate not in (0, 1):
         raise ValueError(f"saturate={saturate!r} must be 0 or 1")
-    kwargs = _layout(xa.shape, s, axis, block_size)
-    zp = _zero_point(zp, s, fmt, "y_zero_point")
+    s, zp, kwargs = _layout(xa.shape, s, zp, axis, block_size, ("y_scale", "y_zero_point"))
+    zp = _zero_point(zp, fmt, "y_zero_point")
+    if div != np.float32 and zp is not None and fmt in ("int16", "uint16") and np.any(zp != 0):
+        raise NotImplementedError(f"a {div} division with a nonzero {fmt} y_zero_point: ONNX adds the zero point in "
+                                  f"int32, nbquant's {div} arithmetic rounds that sum to {div}; pass precision=1 "
+                                  "(FLOAT) or a float32 y_scale")
+    kwargs["compute_dtype"] = str(div)
     if fmt.startswith("float"):
         return api.quantize(xa, s, fmt, saturate=bool(saturate), **kwargs)
     return api.quantize(xa, s, fmt, zero_point=zp, **kwargs)
@@ -191,12 +240,14 @@ def dequantize_linear(x: npt.ArrayLike, x_scale: npt.ArrayLike, x_zero_point: np
     Parameters
     ----------
     x : numpy.ndarray
-        Codes: int8, uint8, int16, uint16, ml_dtypes int4/uint4/int2/uint2, float8
-        e4m3fn/e5m2, float4 e2m1, float6.
+        Codes: int8, uint8, int16, uint16, int32, ml_dtypes int4/uint4/int2/uint2,
+        float8 e4m3fn/e5m2, float4 e2m1, float6.
     x_scale : numpy.ndarray
-        float32, float16 or bfloat16.
+        float32, float16 or bfloat16; per-tensor, per-axis or blocked.
     x_zero_point : numpy.ndarray, optional
-        Same dtype as ``x`` (zeros for floating-point types).
+        Same dtype as ``x`` (zeros for floating-point types); per-tensor, per-axis or
+        blocked independently of ``x_scale``. int32 codes with a nonzero zero point raise
+        ``NotImplementedError``: ONNX computes ``x - x_zero_point`` in float64 there.
     axis, block_size
         As in :func:`quantize_linear`.
     output_dtype : int, str or dtype
@@ -213,6 +264,8 @@ def dequantize_linear(x: npt.ArrayLike, x_scale: npt.ArrayLike, x_zero_point: np
     >>> import numpy as np
     >>> dequantize_linear(np.array([126, 128, 133, 255], np.uint8), np.float32(0.5), np.uint8(128))
     array([-1. ,  0. ,  2.5, 63.5], dtype=float32)
+    >>> dequantize_linear(np.array([-7, 2**24 + 1], np.int32), np.float32(0.25))  # an int32 bias
+    array([-1.750000e+00,  4.194304e+06], dtype=float32)
     """
     q = np.asarray(x)
     fmt = _qtype(q.dtype, "x dtype")
@@ -222,8 +275,12 @@ def dequantize_linear(x: npt.ArrayLike, x_scale: npt.ArrayLike, x_zero_point: np
     if zp is not None and not fmt.startswith("float") and zp.dtype != q.dtype:
         raise TypeError(f"x_zero_point has dtype {zp.dtype} (x_zero_point={show(x_zero_point)}); it must have x's "
                         f"dtype {q.dtype}")
-    kwargs = _layout(q.shape, s, axis, block_size)
-    zp = _zero_point(zp, s, fmt, "x_zero_point")
+    if fmt == "int32" and zp is not None and np.any(zp != 0):
+        raise NotImplementedError("int32 x with a nonzero x_zero_point: ONNX computes x - x_zero_point and the "
+                                  "product in float64, nbquant in float32; subtract the zero point first (int64) "
+                                  "or pass x_zero_point=None")
+    s, zp, kwargs = _layout(q.shape, s, zp, axis, block_size, ("x_scale", "x_zero_point"))
+    zp = _zero_point(zp, fmt, "x_zero_point")
     return api.dequantize(q, s, zero_point=zp, out_dtype=out, **kwargs)
 
 

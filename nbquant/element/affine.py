@@ -93,17 +93,23 @@ def quantize_value(x, scale, zero_point, scale_op, zero_point_before, qmin, qmax
 
 @element_function
 def code_bits(code, mask):
-    """The storage bits of a float32 code value: its two's complement, masked (an int32).
+    """The storage bits of a float32 code value: its two's complement, masked (a uint32).
 
     Numba widens ``int32 & int32`` to int64; the outer cast keeps the vectorized loop in
     32-bit lanes (and, then one truncating store) instead of widening every code to 64 bits.
+    Unsigned, so the all-ones mask of int32 stores into uint32 storage as it is (the
+    CUDA simulator checks the range of every store).
     """
-    return np.int32(np.int32(code) & np.int32(mask))
+    return np.uint32(np.int32(code) & np.int32(mask))
 
 
 @element_function
 def code_value(bits, nbits, signed):
-    """The integer value (as float32) of ``nbits`` storage bits; sign-extends when ``signed``."""
+    """The integer value (as float32) of ``nbits`` storage bits; sign-extends when ``signed``.
+
+    For ``nbits == 32`` (int32) the mask is all ones and the sign step subtracts
+    ``int32(2**32) == 0``: the bits are the value, and the float32 conversion rounds it (RNE).
+    """
     v = np.int32(bits) & np.int32((1 << nbits) - 1)
     if signed and v >= np.int32(1 << (nbits - 1)):
         v = v - np.int32(1 << nbits)

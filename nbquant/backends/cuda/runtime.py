@@ -60,8 +60,8 @@ _SIMULATOR = bool(_cuda_config.ENABLE_CUDASIM)
 INPUT_DTYPES = tuple(map(np.dtype, (np.float32, np.float64, np.uint16, np.int16)))
 #: Kernel-side float outputs (float32, float16 bits, bfloat16 bits), also the ``like`` scalar types.
 OUTPUT_DTYPES = tuple(map(np.dtype, (np.float32, np.uint16, np.int16)))
-#: Unpacked integer code storage.
-CODE_DTYPES = tuple(map(np.dtype, (np.uint8, np.uint16)))
+#: Unpacked integer code storage (8-, 16- and 32-bit formats).
+CODE_DTYPES = tuple(map(np.dtype, (np.uint8, np.uint16, np.uint32)))
 
 #: Numba scalar types of the kernels' arguments, and the minifloat format tuple (``QuantFormat.fp_params``).
 I64, F32, B1 = types.int64, types.float32, types.boolean

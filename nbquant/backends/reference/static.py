@@ -83,8 +83,8 @@ class StaticOps:
         v = np.where(np.isnan(v), t(0), v)
         z = (expand(zero_point, layout) if zero_point is not None else np.zeros((), np.float32)).astype(t)
         r = np.rint(v + z) if spec.zero_point_before else np.rint(v) + z
-        code = np.clip(r.astype(np.float32), np.float32(spec.qmin), np.float32(spec.qmax)).astype(np.int32)
-        bits = code & np.int32(fmt.mask)
+        code = np.clip(r.astype(np.float32), np.float32(spec.qmin), np.float32(spec.qmax)).astype(np.int64)
+        bits = (code & fmt.mask).astype(fmt.storage)
         out[...] = pack(bits, fmt.bits) if spec.packed else bits
 
     @np.errstate(over="ignore")  # float16 results may overflow to inf
@@ -96,8 +96,8 @@ class StaticOps:
             values = codes.view(fmt.dtype).astype(np.float32) * expand(scale, layout)
             store_floats(out, values)
             return
-        bits = unpack(q, fmt.bits) if spec.packed else q.astype(np.int32)
-        code = bits.astype(np.int32) & np.int32(fmt.mask)
+        bits = unpack(q, fmt.bits) if spec.packed else q
+        code = bits.astype(np.int64) & fmt.mask
         if fmt.signed:
             code = np.where(code > fmt.qmax, code - (1 << fmt.bits), code)
         z = expand(zero_point, layout) if zero_point is not None else np.float32(0)
