@@ -182,7 +182,8 @@ def test_errors_mirror_torchao():
     with pytest.raises(TypeError, match="float64"):
         ta.quantize_affine(x, (1, 4), np.ones(2), np.zeros(2, np.int32), "int8")
     with pytest.raises(NotImplementedError, match="int32"):
-        ta.quantize_affine(x, (1, 4), np.ones(2, np.float32), np.zeros(2, np.int32), "int32")
+        ta.dequantize_affine(np.zeros((2, 4), np.int32), (1, 4), np.ones(2, np.float32), np.ones(2, np.int32),
+                             "int32")
     with pytest.raises(ValueError, match="mapping_type"):
         ta.choose_qparams_affine(x, "AFFINE", (1, 4), "int8")
     with pytest.raises(TypeError, match="Expected: int8"):
@@ -190,3 +191,23 @@ def test_errors_mirror_torchao():
     for dt in (torch.int8, torch.uint4):
         with pytest.raises((AssertionError, TypeError)):
             qp.quantize_affine(_t(x), (1, 4), torch.ones(2), None, dt)
+
+
+@pytest.mark.parametrize("block", [(1, 8), (4, 8), (4, 1)])
+def test_int32_bias_quantization(block):
+    """int32 codes (torchao's own tests quantize biases so): values within the range, zero points, float32 rounding."""
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((4, 8)) * np.exp2(rng.integers(-4, 30, (4, 8)))).astype(np.float32)
+    x[0, :4] = [0.5, 1.5, -2.5, 16777217.0]
+    grid = tuple(n // b for n, b in zip(x.shape, block, strict=True))
+    s = rng.uniform(0.5, 4, grid).astype(np.float32)
+    z = rng.integers(-1000, 1000, grid).astype(np.int32)
+    tq = qp.quantize_affine(_t(x), block, _t(s), _t(z), torch.int32)
+    q = ta.quantize_affine(x, block, s, z, "int32")
+    assert_same_bits(q, _n(tq))
+    zero = np.zeros(grid, np.int32)
+    tq0 = qp.quantize_affine(_t(x), block, _t(s), _t(zero), torch.int32)
+    tdq = qp.dequantize_affine(tq0, block, _t(s), _t(zero), torch.int32)
+    assert_same_bits(ta.dequantize_affine(_n(tq0), block, s, zero, "int32"), _n(tdq))
+    with pytest.raises(NotImplementedError, match="output_dtype='float32'"):  # torchao rounds codes to half first
+        ta.dequantize_affine(_n(tq0), block, s, zero, "int32", output_dtype="bfloat16")

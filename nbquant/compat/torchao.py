@@ -66,6 +66,7 @@ class MappingType:
 # name -> (core format, bounds)
 _TARGETS: dict[str, tuple[str, int, int]] = {
     "uint8": ("uint8", 0, 255), "int8": ("int8", -128, 127), "int16": ("int16", -32768, 32767),
+    "int32": ("int32", -(2 ** 31), 2 ** 31 - 1),
     **{f"uint{b}": ("uint8", 0, 2**b - 1) for b in range(1, 8)},
     **{f"int{b}": ("int8", -(2 ** (b - 1)), 2 ** (b - 1) - 1) for b in range(1, 8)},
 }
@@ -77,10 +78,7 @@ _HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 
 def _target(dtype, name: str) -> str:
-    key = dtype_key(dtype, name, {**{k: k for k in _TARGETS}, "int32": "int32", "uint16": "uint16"})
-    if key == "int32":
-        raise NotImplementedError(f"{name}={dtype!r}: nbquant has no int32 format (torchao's int32 bounds "
-                                  "[-2**31, 2**31 - 1] cannot be produced)")
+    key = dtype_key(dtype, name, {**{k: k for k in _TARGETS}, "uint16": "uint16"})
     if key == "uint16":
         raise ValueError(f"{name}={dtype!r}: Unsupported dtype (torchao 0.18 has no bounds for uint16)")
     return key
@@ -177,7 +175,9 @@ def quantize_affine(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero
         Integer zero points, one per block. ``None`` raises ``TypeError`` (as in
         torchao 0.18); use :func:`_quantize_affine_no_zero_point` or zeros.
     output_dtype : str or dtype
-        ``"uint8"``, ``"int8"``, ``"int16"``, ``"uint1"`` .. ``"uint7"`` (uint8 result).
+        ``"uint8"``, ``"int8"``, ``"int16"``, ``"int32"``, ``"uint1"`` .. ``"uint7"`` (uint8
+        result). int32 codes saturate at ``2**31 - 128`` (nbquant's float32 arithmetic;
+        torch's cast of ``2**31`` overflows to ``-2**31``).
     quant_min, quant_max : int, optional
         Clamp bounds inside the dtype's bounds.
 
@@ -219,7 +219,7 @@ def _codes(input, key: str) -> np.ndarray:
             raise TypeError(f"input has dtype {q.dtype}; {key} codes are stored as uint8")
         return q
     want = np.dtype(ml_dtypes.int4 if key == "int4" else ml_dtypes.int2 if key == "int2"
-                    else key if key in ("uint8", "int8", "int16") else np.int8)
+                    else key if key in ("uint8", "int8", "int16", "int32") else np.int8)
     if q.dtype != want:
         raise TypeError(f"input has dtype {q.dtype}; Expected: {key} (input_dtype)")
     return q
@@ -271,10 +271,14 @@ def dequantize_affine(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, ze
     block, grid = _grid(q.shape, block_size)
     s = _scale(scale, grid)
     zp = None if zero_point is None else _view("zero_point", zero_point, grid)
-    if key == "int16" and out in _HALF:
-        raise NotImplementedError(f"input_dtype int16 with output_dtype {out}: torchao converts the codes to {out} "
+    if key in ("int16", "int32") and out in _HALF:
+        raise NotImplementedError(f"input_dtype {key} with output_dtype {out}: torchao converts the codes to {out} "
                                   "before subtracting the zero point (rounding codes beyond 2048 / 256); nbquant "
                                   "subtracts in float32. Use output_dtype='float32'")
+    if key == "int32" and zp is not None and np.any(np.asarray(zp) != 0):
+        raise NotImplementedError("input_dtype int32 with a nonzero zero_point: torchao subtracts in int32 (and "
+                                  "wraps), then rounds the difference to float; nbquant subtracts in float32. "
+                                  "Subtract the zero point first (int64) and pass zero_point=None")
     if key in _SUB_BYTE_UINT:
         q = q.view(np.uint8)
     return api.dequantize(q, s, zero_point=zp, block_size=block, out_dtype=out)
