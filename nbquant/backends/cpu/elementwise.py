@@ -238,12 +238,27 @@ def quantize_float_kernel(part, parts, x, scale, scale_op, fp, saturate, bp, br,
         g = c // bc
         while c < end:
             stop = min((g + 1) * bc, end)
-            s = scale[sp, sr, g]
-            xs, os = x[p, r, c:stop], out[p, r, c:stop]
-            for i in range(xs.size):
-                os[i] = quantize_float_value(xs[i], s, scale_op, fp, saturate)
+            quantize_float_block(x[p, r, c:stop], out[p, r, c:stop], scale[sp, sr, g], scale_op, fp, saturate)
             c = stop
             g += 1
+
+
+@element_function
+def _quantize_float_block(xs, os, s, scale_op, fp, saturate):
+    """Float codes of one scale block ``xs`` into ``os``."""
+    for i in range(xs.size):
+        os[i] = quantize_float_value(xs[i], s, scale_op, fp, saturate)
+
+
+@element_function
+def quantize_float_block(xs, os, s, scale_op, fp, saturate):
+    """:func:`_quantize_float_block` compiled per float32 scale op (a literal: no precision test per element)."""
+    if scale_op == ScaleOp.MULTIPLY:
+        _quantize_float_block(xs, os, s, ScaleOp.MULTIPLY, fp, saturate)
+    elif scale_op == ScaleOp.DIVIDE:
+        _quantize_float_block(xs, os, s, ScaleOp.DIVIDE, fp, saturate)
+    else:  # half precision (compute_dtype)
+        _quantize_float_block(xs, os, s, scale_op, fp, saturate)
 
 
 @element_function
