@@ -5,7 +5,9 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from _helpers import assert_same_bits, canonical_nan
+from _helpers import assert_same_bits, canonical_nan, examples
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nbquant.compat import onnx as connx
 
@@ -251,3 +253,72 @@ def test_half_precision_division(precision, xdt, sdt, ttype, dt):
     else:
         y_ref = _run("QuantizeLinear", [x, s], ttype, output_dtype=ttype, **attrs)
         assert_same_bits(connx.quantize_linear(x, s, output_dtype=ttype, **attrs), y_ref)
+
+
+# --- hypothesis: random shapes, granularities, types, ties, NaN and ±inf against the live peers -----
+
+_ORT_TYPES = {TensorProto.INT8: np.int8, TensorProto.UINT8: np.uint8, TensorProto.INT16: np.int16,
+              TensorProto.UINT16: np.uint16}
+
+
+def _ort_quantize(x, s, z, ttype, **attrs):
+    ort = pytest.importorskip("onnxruntime")
+    arrays = {"x": x, "s": s, "z": z}
+    vin = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+           for n, a in arrays.items()]
+    node = helper.make_node("QuantizeLinear", list(arrays), ["y"], **attrs)
+    graph = helper.make_graph([node], "g", vin, [helper.make_tensor_value_info("y", ttype, x.shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, arrays)[0]
+
+
+@st.composite
+def _problems(draw):
+    """x (with ties, NaN, ±inf, values far beyond the range), a scale and zero point of a random granularity."""
+    shape = tuple(draw(st.lists(st.integers(1, 6), min_size=1, max_size=3)))
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    mode = draw(st.sampled_from(["tensor", "axis", "block"]))
+    n = shape[axis]
+    block = draw(st.integers(1, n)) if mode == "block" else 0
+    if mode == "tensor":
+        pshape = draw(st.sampled_from([(), (1,)]))
+    elif mode == "axis":
+        pshape = (n,)
+    else:
+        pshape = tuple(-(-d // block) if i == axis % len(shape) else d for i, d in enumerate(shape))
+    size = int(np.prod(pshape))
+    s = np.array(draw(st.lists(st.sampled_from([0.5, 1.0, 0.25, 3.0]) | st.floats(1e-3, 1e3),
+                               min_size=size, max_size=size)), np.float32).reshape(pshape)
+    count = int(np.prod(shape))
+    special = st.sampled_from([0.5, 1.5, -2.5, 126.5, -127.5, np.nan, np.inf, -np.inf, 1e30, -0.0])
+    x = np.array(draw(st.lists(st.floats(-3e4, 3e4, width=32) | special, min_size=count, max_size=count)),
+                 np.float32).reshape(shape)
+    ttype = draw(st.sampled_from(sorted(_ORT_TYPES)))
+    info = np.iinfo(_ORT_TYPES[ttype])
+    z = np.array(draw(st.lists(st.integers(max(info.min, -300), min(info.max, 300)), min_size=size,
+                               max_size=size)), _ORT_TYPES[ttype]).reshape(pshape)
+    attrs = {"axis": axis} | ({"block_size": block} if block else {})
+    return x, s, z, ttype, attrs
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(problem=_problems())
+def test_quantize_linear_matches_onnxruntime_on_random_problems(problem):
+    x, s, z, ttype, attrs = problem
+    if s.size == 1:  # onnxruntime wants a one-element scale 0-d and no block_size (the evaluator reads any)
+        attrs.pop("block_size", None)
+        s, z = s.reshape(()), z.reshape(())
+    assert_same_bits(connx.quantize_linear(x, s, z, **attrs), _ort_quantize(x, s, z, ttype, **attrs))
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(problem=_problems())
+def test_quantize_and_dequantize_match_the_evaluator_on_random_finite_problems(problem):
+    """The evaluator casts rint(x / s) to int32 unchecked (inf and 1e30 become -2**31): finite, in-range x only."""
+    x, s, z, ttype, attrs = problem
+    x = np.where(np.isfinite(x) & (np.abs(x) < 1e6), x, np.float32(7.5))
+    y_ref = _run("QuantizeLinear", [x, s, z], ttype, **attrs)
+    assert_same_bits(connx.quantize_linear(x, s, z, **attrs), y_ref)
+    assert_same_bits(connx.dequantize_linear(y_ref, s, z, **attrs), _run("DequantizeLinear", [y_ref, s, z], 0,
+                                                                          **attrs))

@@ -4,7 +4,9 @@ Numerics (ONNX operator spec and its reference implementation):
 
 * ``QuantizeLinear``: ``y = saturate(rne(x / y_scale) + y_zero_point)`` — divide,
   ties to even, zero point added after rounding; float8 outputs are ``x / y_scale``
-  rounded to the format, clamped to its largest value when ``saturate=1``;
+  rounded to the format, clamped to its largest value when ``saturate=1``. A NaN input
+  gives the type's lowest code, as onnxruntime and the reference evaluator do (the core
+  gives the zero point);
 * ``DequantizeLinear``: ``y = (x - x_zero_point) * x_scale`` in float32, then cast
   to ``output_dtype`` (default: the scale's dtype);
 * ``DynamicQuantizeLinear``: uint8 with ``y_scale = (max(0, max(x)) - min(0, min(x))) / 255``
@@ -32,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import api
+from ..formats import get_format
 from ..validation import check_finite, check_int, show
 from ._common import dtype_key
 
@@ -230,7 +233,11 @@ def quantize_linear(x: npt.ArrayLike, y_scale: npt.ArrayLike, y_zero_point: npt.
     kwargs["compute_dtype"] = str(div)
     if fmt.startswith("float"):
         return api.quantize(xa, s, fmt, saturate=bool(saturate), **kwargs)
-    return api.quantize(xa, s, fmt, zero_point=zp, **kwargs)
+    y = api.quantize(xa, s, fmt, zero_point=zp, **kwargs)
+    nan = np.isnan(xa)
+    if nan.any():  # ONNX (onnxruntime and the reference evaluator): NaN becomes the lowest code
+        y[nan] = np.array(get_format(fmt).qmin).astype(y.dtype)
+    return y
 
 
 def dequantize_linear(x: npt.ArrayLike, x_scale: npt.ArrayLike, x_zero_point: npt.ArrayLike | None = None, *,
