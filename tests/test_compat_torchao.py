@@ -211,3 +211,39 @@ def test_int32_bias_quantization(block):
     assert_same_bits(ta.dequantize_affine(_n(tq0), block, s, zero, "int32"), _n(tdq))
     with pytest.raises(NotImplementedError, match="output_dtype='float32'"):  # torchao rounds codes to half first
         ta.dequantize_affine(_n(tq0), block, s, zero, "int32", output_dtype="bfloat16")
+
+
+@st.composite
+def _affine_problems(draw):
+    """A float32 input with ties and zeros, a block size dividing each dimension, a mapping and a target."""
+    shape = tuple(draw(st.lists(st.integers(1, 8), min_size=1, max_size=3)))
+    block = tuple(draw(st.sampled_from([d for d in range(1, n + 1) if n % d == 0])) for n in shape)
+    count = int(np.prod(shape))
+    special = st.sampled_from([0.0, -0.0, 0.5, 1.5, -2.5, 1e-30, 3e4])
+    x = np.array(draw(st.lists(st.floats(-1e3, 1e3, width=32) | special, min_size=count, max_size=count)),
+                 np.float32).reshape(shape)
+    mapping = draw(st.sampled_from(["SYMMETRIC", "ASYMMETRIC", "SYMMETRIC_NO_CLIPPING_ERR"]))
+    target = draw(st.sampled_from(["int8", "uint8", "int16"] if mapping != "SYMMETRIC_NO_CLIPPING_ERR"
+                                  else ["int8", "int16"]))
+    return x, block, mapping, target
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(problem=_affine_problems())
+def test_affine_round_trip_matches_torchao_on_random_problems(problem):
+    x, block, mapping, target = problem
+    tdt = _tdtype(target)
+    ts, tz = qp.choose_qparams_affine(_t(x), getattr(qp.MappingType, mapping), block, tdt)
+    s, z = ta.choose_qparams_affine(x, mapping, block, target)
+    assert_same_bits(s, _n(ts))
+    assert_same_bits(z, _n(tz))
+    if all(b == 1 for b in block) and x.size > 1:  # one scale for the tensor, which quantize_affine cannot view
+        with pytest.raises(RuntimeError, match="is invalid for input of size 1"):
+            qp.quantize_affine(_t(x), block, ts, tz, tdt)
+        with pytest.raises(ValueError, match="block grid"):
+            ta.quantize_affine(x, block, s, z, target)
+        return
+    tq = qp.quantize_affine(_t(x), block, ts, tz, tdt)
+    q = ta.quantize_affine(x, block, s, z, target)
+    assert_same_bits(q, _n(tq))
+    assert_same_bits(ta.dequantize_affine(q, block, s, z, target), _n(qp.dequantize_affine(tq, block, ts, tz, tdt)))

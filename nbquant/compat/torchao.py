@@ -314,8 +314,10 @@ def choose_qparams_affine(input: npt.ArrayLike, mapping_type, block_size, target
     Returns
     -------
     scale, zero_point : numpy.ndarray
-        One per block: float32 scales and ``zero_point_dtype`` zero points, shaped as
-        the block grid (its size-1 dimensions dropped unless ``keepdim``).
+        One per block: float32 scales and ``zero_point_dtype`` zero points. With
+        ``keepdim`` shaped as the block grid; else as torchao shapes them: a dim whose
+        block is 1 stays (even of size 1), a dim whose block is the whole dim goes, and
+        with no block larger than 1 torchao reduces over the whole tensor (one scale).
 
     Examples
     --------
@@ -339,13 +341,18 @@ def choose_qparams_affine(input: npt.ArrayLike, mapping_type, block_size, target
                                   "in float32 only; pass input.astype(numpy.float32)")
     block, grid = _grid(x.shape, block_size)
     keepdim = check_bool("keepdim", keepdim)
+    # torchao's shape: a dim with block 1 stays (size 1 too), a dim with 1 < block < n becomes n / block, a whole
+    # dim (block == n > 1) goes. With no block > 1, torch's amin(dim=[]) reduces over every dim: one scale.
+    shape = tuple(n // b for n, b in zip(x.shape, block, strict=True) if b == 1 or b != n)
+    if all(b == 1 for b in block):
+        block, grid, shape = tuple(x.shape), (1,) * x.ndim, ()
     if scale_dtype is not None and dtype_key(scale_dtype, "scale_dtype", _FLOATS) != np.float32:
         raise NotImplementedError(f"scale_dtype={scale_dtype!r}: only float32 scales are produced")
     zdt = dtype_key(zero_point_dtype, "zero_point_dtype",
                     {"int32": "int32", "int8": "int8", "uint8": "uint8", "int16": "int16", "float32": "float32"})
     s, zp = choose_qparams(x, _TARGETS[key][0], block_size=block, mapping=mappings[mapping], quant_min=qmin,
                            quant_max=qmax, eps=eps, scale_op="reciprocal")
-    shape = grid if keepdim else tuple(g for g in grid if g != 1)
+    shape = grid if keepdim else shape
     return s.reshape(shape), zp.reshape(shape).astype(zdt)
 
 
