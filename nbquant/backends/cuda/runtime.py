@@ -168,7 +168,7 @@ def all_signatures() -> list[tuple[str, object]]:
     --------
     >>> from nbquant.backends import cuda
     >>> len(all_signatures())
-    105
+    116
     """
     return [(k.name, sig) for k in KERNELS.values() for sig in k.signatures()]
 
