@@ -116,6 +116,8 @@ def _tinygemm_dq(**kw):
 
 
 NONE_OK = {"allowed": [None]}
+F8 = np.zeros((2, 32), ml_dtypes.float8_e4m3fn)
+F8_SCALES = [0, 0.0, 1e-50, math.nan, np.float32(np.nan)]  # torchao's scales: 0 (an all-zero block) and NaN are its own
 LIST_OK = {"allowed": [[2]]}  # a one-element list is a valid per-tensor value or a valid axis list here
 BLOCK_TUPLES = [True, 2, None, "2", (True, 32), (2.5, 32), ("2", 32), (0, 32), (np.True_, 32)]
 TINY_FLOATS = [np.float32(np.nan), np.float32(np.inf), np.True_, np.array([True]), "abc", None]
@@ -236,6 +238,17 @@ ROWS = [
            allowed=[math.nan, math.inf, -math.inf, 1e300], extra=TINY_FLOATS),
     *_rows(torchao._dequantize_affine_tinygemm, _tinygemm_dq, "zero_point", "finite",
            allowed=[math.nan, math.inf, -math.inf, 1e300], extra=TINY_FLOATS),
+    *_rows(torchao._choose_scale_float8, lambda: {"tensor": X, "block_size": (1, 32)}, "block_size", "count",
+           extra=[(True, 32), (0, 32), (2.5, 32), (1, 3), (1,), (1, 1)]),
+    *_rows(torchao._choose_scale_float8, lambda: {"tensor": X, "block_size": (1, 32)}, "hp_value_lb", "finite",
+           **NONE_OK),
+    *_rows(torchao._choose_scale_float8, lambda: {"tensor": X, "block_size": (1, 32)}, "float8_dtype", "choice",
+           extra=["int8", "float8_e4m3fnuz"]),
+    *_rows(torchao._quantize_affine_float8, lambda: {"tensor": X, "scale": 0.5}, "scale", "positive",
+           allowed=F8_SCALES, extra=[np.ones((2, 3), np.float32)]),
+    *_rows(torchao._dequantize_affine_float8, lambda: {"tensor": F8, "scale": 0.5}, "scale", "positive",
+           allowed=F8_SCALES),
+    *_rows(torchao._dequantize_affine_float8, lambda: {"tensor": F8, "scale": 0.5}, "output_dtype", "choice"),
     *_rows(modelopt.tensor_quant, lambda: {"inputs": X, "amax": 1.0}, "amax", "amax", **NONE_OK),
     *_rows(modelopt.tensor_quant, lambda: {"inputs": X, "amax": 1.0}, "num_bits", "count", extra=[8.5]),
     *_rows(modelopt.fake_tensor_quant, lambda: {"inputs": X, "amax": 1.0}, "amax", "amax", **NONE_OK),

@@ -26,11 +26,14 @@ dtype objects. ``uint1``..``uint7`` results are uint8 arrays holding ``0 ..
 outputs cannot be materialised: quantize to ``"int8"`` with ``quant_min=-8,
 quant_max=7`` for int4.
 
-Exactness: arithmetic is float32 as in torchao whenever torch's type promotion
-makes it float32, i.e. a float32 scale (or a float16/bfloat16 scale with a
-float32 input). Where torchao would compute in float16/bfloat16 (a half input
-with a half scale) or float64 (a float64 scale), these functions raise rather
-than give different bits.
+Exactness: the arithmetic follows torch's type promotion: float32 for a float32
+scale (or a half scale with an input of another dtype), the half type itself for
+an input and scale of one half type (``compute_dtype``). A float64 scale (float64
+arithmetic) raises rather than give different bits.
+
+The float8 primitives (``_choose_scale_float8``, ``_quantize_affine_float8``,
+``_dequantize_affine_float8``) live in :mod:`nbquant.compat.torchao_float8` and are
+re-exported here.
 """
 
 from __future__ import annotations
@@ -477,3 +480,13 @@ def _dequantize_affine_tinygemm(input: npt.ArrayLike, block_size, scale: npt.Arr
         q = q.view(np.uint8)
     scaled = api.dequantize(q, s, zero_point=np.full(grid, mid, np.float32), block_size=block, out_dtype=out)
     return _per_block(np.add, scaled, zp, block).astype(out)
+
+
+# torchao's float8 primitives (a module of their own; the names are torchao's)
+from .torchao_float8 import (  # noqa: E402
+    _choose_scale_float8,
+    _dequantize_affine_float8,
+    _quantize_affine_float8,
+)
+
+__all__ += ["_choose_scale_float8", "_quantize_affine_float8", "_dequantize_affine_float8"]
