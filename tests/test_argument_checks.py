@@ -115,6 +115,15 @@ def _tinygemm_dq(**kw):
             "input_dtype": "uint4", **kw}
 
 
+def _ao_fake(**kw):
+    return {"input": X, "block_size": (2, 32), "scale": 0.5, "zero_point": 0, "quant_dtype": "int8", **kw}
+
+
+def _ao_minmax(**kw):
+    return {"min_val": np.array([-1.0], np.float32), "max_val": np.array([1.0], np.float32),
+            "mapping_type": "ASYMMETRIC", "block_size": (1, 32), "target_dtype": "uint8", **kw}
+
+
 NONE_OK = {"allowed": [None]}
 F8 = np.zeros((2, 32), ml_dtypes.float8_e4m3fn)
 F8_SCALES = [0, 0.0, 1e-50, math.nan, np.float32(np.nan)]  # torchao's scales: 0 (an all-zero block) and NaN are its own
@@ -249,6 +258,13 @@ ROWS = [
     *_rows(torchao._dequantize_affine_float8, lambda: {"tensor": F8, "scale": 0.5}, "scale", "positive",
            allowed=F8_SCALES),
     *_rows(torchao._dequantize_affine_float8, lambda: {"tensor": F8, "scale": 0.5}, "output_dtype", "choice"),
+    *_rows(torchao._fake_quantize_affine, _ao_fake, "scale", "positive"),
+    *_rows(torchao._fake_quantize_affine, _ao_fake, "quant_min", "int", allowed=[None], extra=[-3.7, -200]),
+    *_rows(torchao._fake_quantize_affine, _ao_fake, "zero_point_domain", "choice", extra=["FLOATING"]),
+    *_rows(torchao._fake_quantize_affine_cachemask, _ao_fake, "zero_point", "int", extra=[0.5, 300], **LIST_OK),
+    *_rows(torchao.choose_qparams_affine_with_min_max, _ao_minmax, "min_val", "finite",
+           extra=[np.array([2.0], np.float32), np.array([-1.0, -2.0], np.float32), np.array([-1.0])]),
+    *_rows(torchao.choose_qparams_affine_with_min_max, _ao_minmax, "mapping_type", "choice"),
     *_rows(modelopt.tensor_quant, lambda: {"inputs": X, "amax": 1.0}, "amax", "amax", **NONE_OK),
     *_rows(modelopt.tensor_quant, lambda: {"inputs": X, "amax": 1.0}, "num_bits", "count", extra=[8.5]),
     *_rows(modelopt.fake_tensor_quant, lambda: {"inputs": X, "amax": 1.0}, "amax", "amax", **NONE_OK),
@@ -303,6 +319,18 @@ def test_bad_argument_is_refused_naming_it_and_showing_its_value(fn, build, arg,
     assert not shown or any(s in message for s in shown), message
 
 
+REFUSED = [torchao._choose_qparams_affine_tinygemm, torchao._choose_qparams_affine_dont_preserve_zero,
+           torchao._choose_qparams_affine_floatx, torchao._quantize_affine_floatx, torchao._dequantize_affine_floatx,
+           torchao._choose_qparams_and_quantize_affine_hqq, torchao._choose_qparams_gguf, torchao._quantize_gguf,
+           torchao._dequantize_gguf]
+
+
+@pytest.mark.parametrize("fn", REFUSED, ids=lambda f: f.__name__)
+def test_refused_calls_say_what_to_use_instead(fn):
+    with pytest.raises(NotImplementedError, match=rf"^torchao's {fn.__name__} is not reproduced .*; \w"):
+        fn(X, "ASYMMETRIC", (2, 32), "uint8")
+
+
 def test_every_public_function_has_rows():
     """A function added to ``nbquant.__all__`` or a compat module needs rows in the table (or a reason here).
 
@@ -315,6 +343,7 @@ def test_every_public_function_has_rows():
         nbquant.set_num_threads,  # threads.py: checked there (tests/test_threads.py)
         onnx.dynamic_quantize_linear,  # x only
         torchao._dequantize_affine_no_zero_point,  # dequantize_affine's checks, zero_point must be None
+        *REFUSED,  # refuse every call (test_refused_calls_say_what_to_use_instead)
     }
     public = [getattr(nbquant, n) for n in nbquant.__all__]
     public += [getattr(m, n) for m in (modelopt, onnx, pypto, tensorrt, torchao, tripy) for n in m.__all__]
