@@ -327,3 +327,9 @@ def scaled_e4m3(inputs: npt.ArrayLike, amax: npt.ArrayLike | None = None, E: int
         out = x.dtype if x.dtype != np.float64 else np.dtype(np.float32)
         return api.dequantize(q, 1.0, out_dtype=out)
     return modelopt_ops.scaled_e4m3(inputs, amax)
+
+
+# modelopt's calibrators, with its constructor signatures (a module of their own)
+from .modelopt_calib import HistogramCalibrator, MaxCalibrator  # noqa: E402
+
+__all__ += ["MaxCalibrator", "HistogramCalibrator"]
