@@ -77,21 +77,30 @@ class NF4Quantized:
         return out.reshape(self.shape)
 
 
-def _double_quantize(scales: np.ndarray, scale_block_size: int, scale_bits: int):
-    """modelopt ``NF4QTensor.double_quantization`` on the float32 block scales (small: 1/block of the data).
+def double_quantize_scales(scales: np.ndarray, scale_block_size: int, scale_bits: int,
+                           empty_group_scale: float = 1.0):
+    """modelopt ``NF4QTensor.double_quantization`` on block scales (small: 1/block of the data).
 
-    ``mean`` is the float64 mean rounded to float32 (torch sums in float32, so the mean
-    may differ in its last bit); ``double_scale = fl(fl(1 / amax) * maxbound)`` per
-    scale block as torch evaluates ``maxbound / amax``; a scale block whose centred
-    scales are all zero gets double scale 1 (modelopt divides by zero there).
+    The arithmetic is in the scales' dtype (float32 here; a half type in the modelopt
+    compat), each operation rounded to it. ``mean`` is the float64 mean rounded to that
+    dtype (torch sums in float32, so the mean may differ in its last bit);
+    ``double_scale = fl(fl(1 / amax) * maxbound)`` per scale block as torch evaluates
+    ``maxbound / amax``; a scale block whose centred scales are all zero gets
+    ``empty_group_scale`` (modelopt divides by zero there: pass ``inf`` to reproduce it).
+    NaN codes become 0.
     """
-    maxbound = np.float32(2 ** (scale_bits - 1) - 1)
-    mean = np.float32(np.mean(scales, dtype=np.float64))
-    centred = (scales - mean).reshape(-1, scale_block_size)
-    amax = np.max(np.abs(centred), axis=1)
+    dtype = scales.dtype
+    f32 = np.float32
+    maxbound = f32(2 ** (scale_bits - 1) - 1)
+    mean = f32(np.mean(scales, dtype=np.float64)).astype(dtype)
+    centred = (scales.astype(f32) - mean.astype(f32)).astype(dtype).reshape(-1, scale_block_size)
+    amax = np.max(np.abs(centred.astype(f32)), axis=1)
     with np.errstate(divide="ignore"):
-        double = np.where(amax > 0, (np.float32(1) / amax) * maxbound, np.float32(1)).astype(np.float32)
-    q = np.clip(np.rint(centred * double[:, None]), -maxbound, maxbound)
+        recip = (f32(1) / amax).astype(dtype).astype(f32)
+    double = np.where(amax == 0, f32(empty_group_scale), (recip * maxbound).astype(dtype).astype(f32)).astype(dtype)
+    with np.errstate(invalid="ignore"):
+        q = np.clip(np.rint((centred.astype(f32) * double[:, None].astype(f32)).astype(dtype).astype(f32)),
+                    -maxbound, maxbound)
     return np.where(np.isnan(q), 0, q).astype(np.int8).reshape(-1), double, mean
 
 
@@ -176,7 +185,7 @@ def quantize_nf4(
     if scale_block_size is None:
         return NF4Quantized(codes.reshape(n // 2), scales.reshape(n // b), tuple(x.shape), b)
     # Double quantization works on the scales (1/block_size of the data) on the host.
-    q, double, mean = _double_quantize(host_array(scales).reshape(-1), sb, scale_bits)
+    q, double, mean = double_quantize_scales(host_array(scales).reshape(-1), sb, scale_bits)
     if device:
         q, double = device_copy(q), device_copy(double)
     return NF4Quantized(codes.reshape(n // 2), q, tuple(x.shape), b, double, mean)
