@@ -39,7 +39,9 @@ class _Calibrator:
     """What modelopt's ``_Calibrator`` holds: ``num_bits``, ``axis``, ``unsigned``."""
 
     def __init__(self, num_bits, axis, unsigned) -> None:
-        self._num_bits = check_int("num_bits", num_bits, low=1)
+        is_float = isinstance(num_bits, tuple) and len(num_bits) == 2  # (E, M): a float format's max calibration
+        self._num_bits = tuple(check_int("num_bits", b, low=0) for b in num_bits) if is_float else \
+            check_int("num_bits", num_bits, low=1)
         if axis is not None:
             _kept_axes(axis, 64)  # the type; the range is checked against each input
         self._axis = axis
