@@ -47,3 +47,30 @@ def test_refusals():
         ta._quantize_affine_float8(x, np.ones(3, np.float32))
     with pytest.raises(TypeError, match="float8_e4m3fn or float8_e5m2"):
         ta._dequantize_affine_float8(np.zeros(4, np.int8), np.float32(1))
+
+
+def test_the_qparams_variants_and_floatx_helpers_refuse_bad_arguments():
+    x = np.array([[1.0, -2.0, 3.0, 4.0]], np.float32)
+    with pytest.raises(ValueError, match="'SYMMETRIC'"):
+        ta._choose_qparams_affine_tinygemm(x, "SYMMETRIC", (1, 4), "uint4")
+    with pytest.raises(NotImplementedError, match="ebits=4, mbits=3"):
+        ta._choose_qparams_affine_floatx(x, 4, 3)
+    with pytest.raises(ValueError, match="2-d tensor"):
+        ta._choose_qparams_affine_floatx(x[0], 3, 2)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        ta._quantize_affine_floatx(np.array([[np.nan]], np.float32), np.float32([1.0]), 3, 2)
+    with pytest.raises(ValueError, match="codes above 63"):
+        ta._dequantize_affine_floatx(np.array([[64]], np.uint8), np.float32([1.0]), 3, 2)
+    with pytest.raises(ValueError, match="must lie in"):
+        ta._quantize_affine_no_zero_point(x, (1, 4), np.float32([1.0]), None, "float8_e4m3fn", quant_max=500)
+
+
+def test_the_qparams_variants_exact_values():
+    x = np.array([[1.0, 2.0, 3.0, 4.0]], np.float32)
+    s, z = ta._choose_qparams_affine_dont_preserve_zero(x, "ASYMMETRIC", (1, 4), "uint8")
+    assert s.tolist() == [np.float32(3) / np.float32(255)] and z.tolist() == [0]  # 0 - rne(85) clamped to 0
+    s, z = ta._choose_qparams_affine_tinygemm(x, "ASYMMETRIC", (1, 4), "uint4", 0, 15)
+    assert s.tolist() == [np.float32(0.2)] and z.dtype == np.float32
+    q = ta._quantize_affine_no_zero_point(np.array([[17.0, -0.0, 1e6, 0.2]], np.float32), (1, 4),
+                                          np.float32([1.0]), None, "float8_e4m3fn")
+    assert q.view(np.uint8).tolist() == [[0x58, 0x80, 0x7E, 0x00]]  # 17 -> 16, -0.0 kept, 448, rne(0.2) = 0

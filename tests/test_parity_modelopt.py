@@ -74,8 +74,9 @@ def test_histogram_calibrator_matches_modelopt(data, num_bins, skip_zeros, unsig
 
     Not compared: the edges after the range grows (modelopt's torch.arange computes half of them from the far
     end, 1 ulp off ``m * width``); the counts after growth when that arange makes one edge more than the bin
-    count (then modelopt's histc spreads its bins over the longer range, each wider than the first width), and the MSE method (modelopt 0.47 passes ``num_bits`` into the ``bias`` slot
-    of ``fake_tensor_quant`` there); docs/compat/modelopt.md, "Deviations".
+    count (then modelopt's histc spreads its bins over the longer range, each wider than the first width); and
+    the MSE method (modelopt 0.47 passes ``num_bits`` into the ``bias`` slot of ``fake_tensor_quant`` there);
+    docs/compat/modelopt.md, "Deviations".
     """
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 16)))
     scale = data.draw(st.sampled_from([0.01, 1.0, 300.0]))

@@ -102,3 +102,58 @@ def test_nan_blocks_and_refusals_match_torchao():
         qp._choose_scale_float8(_t(x), [1, 1])
     with pytest.raises(ValueError, match="reduces over no dimension"):
         ta._choose_scale_float8(x, (1, 1))
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(problem=_problems(), f8=st.sampled_from(sorted(_F8)), nan=st.booleans())
+def test_no_zero_point_quantize_to_float8_matches_torchao(problem, f8, nan):
+    """``_quantize_affine_no_zero_point`` with a float8 output: round to an integer, clamp to ±max, cast."""
+    x, block, _, dtype = problem
+    x = np.clip(x.astype(np.float32) * np.float32(40), -3e4, 3e4)  # products beyond 448 and between float8 integers
+    if nan:
+        x.reshape(-1)[0] = np.nan
+    x = x.astype(_NP[dtype])
+    finite = np.nan_to_num(x.astype(np.float32)).astype(x.dtype)
+    scale = np.asarray(ta._choose_scale_float8(finite, block, "float8_e4m3fn"), np.float32) * np.float32(3)
+    scale[scale == 0] = 1
+    want = qp._quantize_affine_no_zero_point(_t(x), list(block), _t(scale), None, getattr(torch, f8))
+    got = ta._quantize_affine_no_zero_point(x, block, scale, None, f8)
+    assert_same_bits(canonical_nan(got.astype(np.float32)), canonical_nan(_n(want).astype(np.float32)))
+    assert got.dtype == _F8[f8]
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(problem=_problems(), target=st.sampled_from([("uint4", 0, 15), ("uint8", None, None), ("int8", None, None)]),
+       variant=st.sampled_from(["tinygemm", "dont_preserve_zero"]))
+def test_choose_qparams_variants_match_torchao(problem, target, variant):
+    x, block, _, dtype = problem
+    name, qmin, qmax = target
+    theirs = getattr(qp, f"_choose_qparams_affine_{variant}")(_t(x), qp.MappingType.ASYMMETRIC, list(block),
+                                                               getattr(torch, name), qmin, qmax)
+    ours = getattr(ta, f"_choose_qparams_affine_{variant}")(x, "ASYMMETRIC", block, name, qmin, qmax)
+    for mine, want in zip(ours, theirs, strict=True):
+        mine, want = np.asarray(mine), _n(want)
+        assert mine.shape == want.shape
+        if mine.dtype.kind == "i":
+            assert_same_bits(mine, want)
+        else:
+            assert_same_bits(canonical_nan(mine), canonical_nan(want))
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(problem=_problems(), bits=st.sampled_from([(3, 2), (2, 3), (2, 1)]))
+def test_floatx_helpers_match_torchao(problem, bits):
+    x = problem[0]
+    x = x.reshape(x.shape[0], -1) if x.ndim > 1 else x.reshape(1, -1)
+    x = np.nan_to_num(x.astype(np.float32), posinf=3e4, neginf=-3e4).astype(x.dtype)
+    scale = qp._choose_qparams_affine_floatx(_t(x), *bits)
+    assert_same_bits(ta._choose_qparams_affine_floatx(x, *bits), _n(scale))
+    if (_n(scale).astype(np.float32) == 0).any():  # a half scale underflowed: torchao encodes 0/0's NaN bits
+        with pytest.raises(ValueError, match="scale must be finite and > 0"):
+            ta._quantize_affine_floatx(x, _n(scale), *bits)
+        return
+    codes = qp._quantize_affine_floatx(_t(x), scale, *bits)
+    mine = ta._quantize_affine_floatx(x, _n(scale), *bits)
+    assert_same_bits(mine, codes.numpy())
+    assert_same_bits(ta._dequantize_affine_floatx(mine, _n(scale), *bits),
+                     qp._dequantize_affine_floatx(codes, scale, *bits).numpy())

@@ -1,11 +1,13 @@
 """torchao 0.18 quantization primitives (``torchao.quantization.quant_primitives``) on NumPy arrays.
 
-One namespace with torchao's names, from three modules:
+One namespace with torchao's names, from four modules:
 
 * :mod:`~nbquant.compat.torchao_affine`: ``quantize_affine``, ``dequantize_affine``,
   ``choose_qparams_affine``, the tinygemm (FLOAT) and NONE zero-point domains;
 * :mod:`~nbquant.compat.torchao_float8`: ``_choose_scale_float8``,
   ``_quantize_affine_float8``, ``_dequantize_affine_float8``;
+* :mod:`~nbquant.compat.torchao_qparams`: ``_choose_qparams_affine_tinygemm``,
+  ``_choose_qparams_affine_dont_preserve_zero`` and the floatx helpers;
 * :mod:`~nbquant.compat.torchao_qat`: ``_fake_quantize_affine`` (and ``_cachemask``),
   ``choose_qparams_affine_with_min_max``, ``ZeroPointDomain``, and the variants
   nbquant refuses, each raising ``NotImplementedError`` with what to use instead.
@@ -34,18 +36,20 @@ from .torchao_affine import (
 from .torchao_float8 import _choose_scale_float8, _dequantize_affine_float8, _quantize_affine_float8
 from .torchao_qat import (
     ZeroPointDomain,
-    _choose_qparams_affine_dont_preserve_zero,
-    _choose_qparams_affine_floatx,
-    _choose_qparams_affine_tinygemm,
     _choose_qparams_and_quantize_affine_hqq,
     _choose_qparams_gguf,
-    _dequantize_affine_floatx,
     _dequantize_gguf,
     _fake_quantize_affine,
     _fake_quantize_affine_cachemask,
-    _quantize_affine_floatx,
     _quantize_gguf,
     choose_qparams_affine_with_min_max,
+)
+from .torchao_qparams import (
+    _choose_qparams_affine_dont_preserve_zero,
+    _choose_qparams_affine_floatx,
+    _choose_qparams_affine_tinygemm,
+    _dequantize_affine_floatx,
+    _quantize_affine_floatx,
 )
 
 __all__ = [

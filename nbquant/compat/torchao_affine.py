@@ -45,6 +45,7 @@ import numpy.typing as npt
 from .. import api
 from ..validation import as_real_array, check_bool, check_finite, check_int, show
 from ._common import dtype_key
+from .torchao_float8 import float8_key, round_to_float8
 
 __all__ = [
     "quantize_affine",
@@ -364,16 +365,27 @@ def _quantize_affine_no_zero_point(input: npt.ArrayLike, block_size, scale: npt.
                                    quant_max: int | None = None) -> np.ndarray:
     """ZeroPointDomain.NONE: ``clamp(rne(input * (1.0 / scale)), quant_min, quant_max)``; ``zero_point`` is ignored.
 
+    A float8 ``output_dtype`` (``float8_e4m3fn``, ``float8_e5m2``) gets torchao's float
+    path: the product is rounded to an integer, clamped to ``±finfo.max`` (or the bounds
+    given) and then cast to the float8 format (RNE), so ``17`` becomes ``16`` in E4M3;
+    NaN stays NaN.
+
     Examples
     --------
     >>> import numpy as np
     >>> _quantize_affine_no_zero_point(np.array([1.25, -7.0], np.float32), (2,), np.float32(0.5), None, "int8")
     array([  2, -14], dtype=int8)
+    >>> _quantize_affine_no_zero_point(np.array([8.5, 1e4], np.float32), (2,), np.float32(0.5), None,
+    ...                                "float8_e4m3fn").astype(np.float32)
+    array([ 16., 448.], dtype=float32)
     """
-    key = _target(output_dtype, "output_dtype")
-    qmin, qmax = _bounds(key, quant_min, quant_max)
     x = _input(input)
     block, grid = _grid(x.shape, block_size)
+    if float8_key(output_dtype) is not None:
+        return round_to_float8(x, block, _reciprocal(_scale(scale, grid), x.dtype), float8_key(output_dtype),
+                               quant_min, quant_max)
+    key = _target(output_dtype, "output_dtype")
+    qmin, qmax = _bounds(key, quant_min, quant_max)
     if key in _SUB_BYTE_INT:
         raise NotImplementedError(f"output_dtype={output_dtype!r} cannot be materialised in torch 2.13; use 'int8' "
                                   f"with quant_min={qmin}, quant_max={qmax}")

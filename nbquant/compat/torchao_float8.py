@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from .. import api, modelopt_ops
 from ..formats import get_format
-from ..validation import as_real_array, check_float_scalar, show
+from ..validation import as_real_array, check_float_scalar, check_int, show
 from ._common import dtype_key
 
 __all__ = ["_choose_scale_float8", "_quantize_affine_float8", "_dequantize_affine_float8"]
@@ -228,3 +228,29 @@ def _dequantize_affine_float8(tensor: npt.ArrayLike, scale: npt.ArrayLike, outpu
             v = api.dequantize(q[special], np.float32(1)) * _expanded(s, block)[special]
         y[special] = np.where(np.isnan(v), np.float32(np.nan), v).astype(out)
     return y
+
+
+_FLOAT8_MAX = {"float8_e4m3fn": 448, "float8_e5m2": 57344}
+
+
+def float8_key(dtype) -> str | None:
+    """``"float8_e4m3fn"`` or ``"float8_e5m2"`` for those dtypes (any spelling), else None."""
+    try:
+        return dtype_key(dtype, "output_dtype", {k: k for k in _FLOAT8_MAX})
+    except ValueError:
+        return None
+
+
+def round_to_float8(x: np.ndarray, block: tuple[int, ...], applied: dict, key: str, quant_min, quant_max):
+    """``float8(clamp(rne(x * (1 / scale)), lo, hi))``: integers from the core (int32), then the float8 cast."""
+    top = _FLOAT8_MAX[key]
+    lo = -top if quant_min is None else check_int("quant_min", quant_min, integral_float=True)
+    hi = top if quant_max is None else check_int("quant_max", quant_max, integral_float=True)
+    if not -top <= lo <= hi <= top:
+        raise ValueError(f"quant_min={quant_min}, quant_max={quant_max} must lie in [-{top}, {top}] ({key}) with "
+                         "quant_min <= quant_max")
+    ints = api.quantize(x, dtype="int32", block_size=block, quant_min=lo, quant_max=hi, **applied)
+    q = ints.astype(np.float32)
+    q[q == 0] = np.copysign(np.float32(0), x[q == 0])  # torch's rounded product keeps the sign of zero
+    q[np.isnan(x)] = np.nan  # the core reads NaN as 0; torch's round and clamp keep it
+    return q.astype(getattr(ml_dtypes, key))

@@ -27,11 +27,6 @@ __all__ = [
     "_fake_quantize_affine",
     "_fake_quantize_affine_cachemask",
     "choose_qparams_affine_with_min_max",
-    "_choose_qparams_affine_tinygemm",
-    "_choose_qparams_affine_dont_preserve_zero",
-    "_choose_qparams_affine_floatx",
-    "_quantize_affine_floatx",
-    "_dequantize_affine_floatx",
     "_choose_qparams_and_quantize_affine_hqq",
     "_choose_qparams_gguf",
     "_quantize_gguf",
@@ -192,17 +187,6 @@ def _refuse(name: str, instead: str):
     return refused
 
 
-_choose_qparams_affine_tinygemm = _refuse(
-    "_choose_qparams_affine_tinygemm", "its float zero point min + scale * mid is not a core mapping: use "
-    "choose_qparams_affine(..., 'ASYMMETRIC', ...) with _quantize_affine_tinygemm's integer-domain equivalent")
-_choose_qparams_affine_dont_preserve_zero = _refuse(
-    "_choose_qparams_affine_dont_preserve_zero", "it does not clamp min to <= 0 and max to >= 0, which no core "
-    "mapping does: use choose_qparams_affine(..., 'ASYMMETRIC', ...)")
-_choose_qparams_affine_floatx = _refuse(
-    "_choose_qparams_affine_floatx", "use nbquant.reduce_amax(x, axis=0) / the format's max_value and "
-    "nbquant.quantize(x, scale, 'float6_e3m2fn', axis=0)")
-_quantize_affine_floatx = _refuse("_quantize_affine_floatx", "use nbquant.quantize(x, scale, 'float6_e3m2fn', axis=0)")
-_dequantize_affine_floatx = _refuse("_dequantize_affine_floatx", "use nbquant.dequantize(q, scale, axis=0)")
 _choose_qparams_and_quantize_affine_hqq = _refuse(
     "_choose_qparams_and_quantize_affine_hqq", "HQQ's iterative optimizer is outside nbquant's kernels: use "
     "choose_qparams_affine + quantize_affine")
