@@ -33,6 +33,10 @@ the amax or the histogram counts with the peers' by value. ``compute_amax`` read
 histogram, not the tensor, so it has no place in this per-element table: the asv suite
 times it (``asv_bench/benchmarks/calibration.py``).
 
+``--json PATH`` also writes the run (its date, command, machine lines and rows) as JSON:
+the documentation's throughput figure is drawn from such a file, committed as
+``docs/_data/bench-*.json`` (named by its date), so that the docs build never runs the benchmark.
+
 The pieces: the cases (:mod:`benchmarks.cases`) and their arrays
 (:mod:`benchmarks.problems`); nbquant's calls (:mod:`benchmarks.nbquant_calls`); the
 peers (:mod:`benchmarks.numpy_peers`, :mod:`benchmarks.torch_peers`,
@@ -45,13 +49,22 @@ added by appending a :class:`benchmarks.cases.Case` to :data:`benchmarks.cases.C
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import re
+import shlex
+import sys
+import time
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 from .cases import select_cases
 from .machine import git_commit, machine_info
 from .threads import use_threads
 from .timing import Row, cuda_unavailable_reason, run_case, run_case_cuda
+
+_PLAIN_WORD = re.compile(r"[\w@%+=:,./^*-]+")  # printed unquoted in the JSON's command (2^24 stays 2^24)
 
 
 def _pow2(n: int) -> str:
@@ -92,7 +105,56 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (default) or cuda")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads for numba and torch (default: theirs; 1 is steadier on a busy machine)")
+    ap.add_argument("--json", type=Path, default=None, metavar="PATH",
+                    help="also write the rows, the machine lines and the date to PATH as JSON (the docs' figure "
+                         "reads it: docs/_data/bench-*.json)")
     return ap
+
+
+def report(rows: Sequence[Row], machine: list[str], *, started: float, argv: Sequence[str], device: str,
+           repeats: int, threads: int | None) -> dict:
+    """The run as a JSON-ready dict: when, how, on what, and every row of the table.
+
+    Parameters
+    ----------
+    rows : sequence of Row
+        The table's rows.
+    machine : list of str
+        The header lines of :func:`benchmarks.machine.machine_info`.
+    started : float
+        When the run started (``time.time()``).
+    argv : sequence of str
+        The command-line arguments of the run.
+    device : str
+        ``"cpu"`` or ``"cuda"``.
+    repeats : int
+        Timed calls per contender.
+    threads : int or None
+        ``--threads``, if given.
+
+    Returns
+    -------
+    dict
+        ``date`` (UTC, ISO 8601), ``command``, ``device``, ``repeats``, ``threads``, ``machine`` (the header
+        lines) and ``rows``: one dict per row, times in seconds, ``roof`` and ``speedup`` as ratios.
+
+    Examples
+    --------
+    >>> r = report([Row("q int8 per-tensor", 1024, "nbquant", 1e-5, 9e-6, 0.5, 0.8, 1.0, "")], ["machine: ..."],
+    ...            started=0.0, argv=["--sizes", "2^10"], device="cpu", repeats=3, threads=None)
+    >>> r["date"], r["command"], r["rows"][0]["impl"]
+    ('1970-01-01T00:00:00Z', 'python -m benchmarks --sizes 2^10', 'nbquant')
+    """
+    return {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "command": " ".join(a if _PLAIN_WORD.fullmatch(a) else shlex.quote(a) for a in ["python", "-m", "benchmarks",
+                                                                                         *argv]),
+        "device": device,
+        "repeats": repeats,
+        "threads": threads,
+        "machine": list(machine),
+        "rows": [dataclasses.asdict(r) for r in rows],
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -109,7 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit status: 0, also when the cuda backend cannot run (a skip message is printed)
         or a case fails (it is reported and skipped).
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
+    started = time.time()
     warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*deprecated")
     cases, sizes = select_cases(args.cases), parse_sizes(args.sizes)
     commit = git_commit()
@@ -126,10 +190,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows.extend(runner(case, n, args.repeats))
             except Exception as exc:  # noqa: BLE001 - report and go on with the other cases
                 print(f"{case.name} at {_pow2(n)}: skipped ({type(exc).__name__}: {exc})")
-    print("\n".join(machine_info(commit)))
+    machine = machine_info(commit)
+    print("\n".join(machine))
     print(f"device {args.device}; {args.repeats} interleaved repeats, medians; %roof = t_roofline / t; "
           "nbq x = t / t_nbquant; GB/s = (bytes read + written) / median (calib: bytes read);\n"
           "same: '=' same codes/values as nbquant (dynamic cases: codes, scales and zero points; "
           "calib: amax or histogram counts), '≠k' k elements differ, '-' not comparable (unpacked int4, no result)")
     print(format_table(rows))
+    if args.json is not None:
+        data = report(rows, machine, started=started, argv=argv, device=args.device, repeats=args.repeats,
+                      threads=args.threads)
+        args.json.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
     return 0

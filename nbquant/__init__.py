@@ -25,12 +25,11 @@ from .calibration import HistogramCalibrator, MaxCalibrator
 from .codes import PackedCodes
 from .dynamic import choose_qparams, quantize_dynamic
 from .formats import FORMATS, QuantFormat, get_format
+from .modelopt_grad import fake_affine_tensor_quant_backward, fake_tensor_quant_backward
 from .modelopt_ops import (
     dynamic_block_quant,
     fake_affine_tensor_quant,
-    fake_affine_tensor_quant_backward,
     fake_tensor_quant,
-    fake_tensor_quant_backward,
     reduce_amax,
     scaled_e4m3,
     tensor_quant,

@@ -262,9 +262,14 @@ def dequantize(
     q : array_like
         Codes: int8, uint8, int16, uint16, int32 or ml_dtypes int4/uint4/int2/uint2, or
         packed uint8 (then ``dtype`` names the sub-byte format).
-    scale, zero_point, axis, block_size
-        As in :func:`quantize`, describing the unpacked shape. The zero point may be
-        any finite float (pypto) or integer.
+    scale : array_like
+        As in :func:`quantize`, describing the unpacked shape.
+    zero_point : array_like, optional
+        As in :func:`quantize`; here it may be any finite float (pypto) or integer.
+    axis : int, optional
+        As in :func:`quantize`.
+    block_size : int or tuple of int, optional
+        As in :func:`quantize`.
     dtype : str or dtype, optional
         The quantized format; needed when ``q`` is a plain uint8 array of packed codes
         (without it, plain uint8 is read as ``"uint8"`` codes). A
@@ -280,6 +285,8 @@ def dequantize(
     Returns
     -------
     numpy.ndarray
+        The values, of ``out_dtype`` and the unpacked shape (``out`` itself when given; a device array on
+        CUDA).
 
     Examples
     --------

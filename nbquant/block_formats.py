@@ -41,7 +41,7 @@ from .validation import check_bool, check_choice, check_float_scalar, check_int,
 
 __all__ = ["MX_FORMATS", "BlockQuantized", "quantize_mx", "dequantize_mx", "quantize_nvfp4", "dequantize_nvfp4"]
 
-#: MX format name → (element format, emax of the element format).
+#: The OCP MX formats: name -> (element format, emax of the element format).
 MX_FORMATS: dict[str, tuple[str, int]] = {
     name: (element, get_format(element).emax)
     for name, element in (("mxfp8_e4m3", "float8_e4m3fn"), ("mxfp8_e5m2", "float8_e5m2"),
@@ -56,7 +56,10 @@ _NVFP4_GLOBAL_DIVISOR = np.float32(6.0 * 448.0)
 class BlockQuantized:
     """A thin container of a block-quantized array: codes, block scales, and how to read them.
 
-    Attributes
+    :func:`quantize_mx` and :func:`quantize_nvfp4` return it; the fields below are the
+    constructor's parameters and the attributes.
+
+    Parameters
     ----------
     data : numpy.ndarray
         Element codes: ml_dtypes arrays, int8 (MXINT8), or uint8 with two 4-bit codes per
@@ -70,7 +73,7 @@ class BlockQuantized:
         The blocked axis and the block length.
     packed : bool
         Whether ``data`` holds two 4-bit codes per byte.
-    global_scale : numpy.float32 or None
+    global_scale : numpy.float32 or None, optional
         NVFP4's per-tensor scale.
     """
 
@@ -84,6 +87,18 @@ class BlockQuantized:
 
     def dequantize(self, out_dtype: npt.DTypeLike = np.float32, backend: str | None = None) -> np.ndarray:
         """Decode back to floats (see :func:`dequantize_mx` and :func:`dequantize_nvfp4`).
+
+        Parameters
+        ----------
+        out_dtype : dtype, optional
+            float32 (default), float16 or bfloat16.
+        backend : str, optional
+            ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+
+        Returns
+        -------
+        numpy.ndarray
+            The values, in the shape of the quantized input.
 
         Examples
         --------
@@ -280,11 +295,23 @@ def dequantize_mx(
     ----------
     data, scales : array_like
         As returned in :class:`BlockQuantized` (scales may be their uint8 bits).
-    format, axis, block_size, packed
+    format : str
         As given to :func:`quantize_mx`.
-    out_dtype : dtype
+    axis : int, optional
+        As given to :func:`quantize_mx` (default: the last).
+    block_size : int, optional
+        As given to :func:`quantize_mx` (default 32).
+    packed : bool, optional
+        As given to :func:`quantize_mx` (default True for mxfp4).
+    out_dtype : dtype, optional
         float32 (default), float16 or bfloat16.
     backend : str, optional
+        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+
+    Returns
+    -------
+    numpy.ndarray
+        The values, of ``out_dtype``, in the shape of the quantized input.
 
     Examples
     --------
@@ -330,9 +357,10 @@ def quantize_nvfp4(
     global_scale : float, optional
         The per-tensor scale; default ``amax(x) / (6 * 448)`` (1.0 for an all-zero
         input), computed by a reduction pass before the fused pass.
-    axis, block_size : int
+    axis, block_size : int, optional
         Blocks of ``block_size`` (16) along ``axis`` (the last by default).
     backend : str, optional
+        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
 
     Returns
     -------
@@ -386,8 +414,19 @@ def dequantize_nvfp4(
         a ``numpy.float32``). The 0 that :func:`quantize_nvfp4` computes for data whose
         ``amax / 2688`` underflows float32 is refused here; ``BlockQuantized.dequantize``
         decodes it (to zeros).
-    axis, block_size, out_dtype, backend
-        As in :func:`dequantize_mx` (``block_size`` defaults to NVFP4's 16).
+    axis : int, optional
+        As in :func:`dequantize_mx`.
+    block_size : int, optional
+        As in :func:`dequantize_mx`; defaults to NVFP4's 16.
+    out_dtype : dtype, optional
+        As in :func:`dequantize_mx`.
+    backend : str, optional
+        As in :func:`dequantize_mx`.
+
+    Returns
+    -------
+    numpy.ndarray
+        The values, of ``out_dtype``, in the shape of the quantized input.
 
     Examples
     --------

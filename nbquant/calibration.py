@@ -67,6 +67,13 @@ def _finite_amax(amax: np.ndarray) -> np.ndarray:
 class MaxCalibrator:
     """Running ``max |x|``, per tensor (``axis=None``) or per index of the kept ``axis``.
 
+    Parameters
+    ----------
+    axis : int, optional
+        The kept axis: one amax per index of it. None: one amax for the whole tensor.
+    backend : str, optional
+        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+
     Examples
     --------
     >>> import numpy as np, nbquant
@@ -85,7 +92,13 @@ class MaxCalibrator:
         self._amax: np.ndarray | None = None
 
     def collect(self, x: npt.ArrayLike) -> None:
-        """Fold one batch into the running maximum."""
+        """Fold one batch into the running maximum.
+
+        Parameters
+        ----------
+        x : array_like
+            Finite float data; the size of ``axis`` stays the same from batch to batch.
+        """
         x = device_float_input(x)
         amax = _finite_amax(host_array(reduce_amax(x, axis=self.axis, backend=self.backend)))
         amax = amax.reshape(()) if self.axis is None else amax.reshape(-1)
@@ -95,10 +108,17 @@ class MaxCalibrator:
         self._amax = amax if self._amax is None else np.maximum(self._amax, amax)
 
     def compute_amax(self) -> np.ndarray | None:
-        """The amax so far (float32: 0-d, or one per index of ``axis``), None before any batch."""
+        """Return the amax so far.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            float32: 0-d, or one per index of ``axis``; None before any batch.
+        """
         return None if self._amax is None else self._amax.copy()
 
     def reset(self) -> None:
+        """Forget every batch collected so far."""
         self._amax = None
 
 
@@ -201,7 +221,13 @@ class HistogramCalibrator:
         return old if group == 1 else np.add.reduceat(old, np.arange(0, old.size, min(group, old.size)))
 
     def collect(self, x: npt.ArrayLike) -> None:
-        """Add one batch: ``bin = int(|x| * nbins / top)`` (float32), the right edge in the last bin."""
+        """Add one batch: ``bin = int(|x| * nbins / top)`` (float32), the right edge in the last bin.
+
+        Parameters
+        ----------
+        x : array_like
+            Finite float data, of any shape.
+        """
         x = device_float_input(x)
         if x.size == 0:
             return
@@ -223,14 +249,30 @@ class HistogramCalibrator:
     def compute_amax(self, method: Literal["entropy", "mse", "percentile"] = "entropy", *, num_bits: int = 8,
                      unsigned: bool = False, stride: int = 1, start_bin: int = 128,
                      percentile: float = 99.99) -> np.float32 | None:
-        """The calibrated amax (float32, finite), or None before any batch.
+        """Return the calibrated amax.
 
-        ``"entropy"``: the edge ``i`` (from ``start_bin``, every ``stride``-th) minimising
-        KL(P ‖ Q), P the histogram clipped at ``i`` (outliers folded into the last bin), Q it
-        merged into ``2**(num_bits - 1 + unsigned)`` levels; the last minimum wins.
-        ``"mse"``: the bin centre (from ``start_bin``, every ``stride``-th) minimising the
-        count-weighted error of fake quantizing the centres with that amax. ``"percentile"``:
-        the left edge of the first bin whose CDF reaches ``percentile`` %.
+        Parameters
+        ----------
+        method : {"entropy", "mse", "percentile"}
+            ``"entropy"``: the edge ``i`` (from ``start_bin``, every ``stride``-th) minimising
+            KL(P ‖ Q), P the histogram clipped at ``i`` (outliers folded into the last bin), Q it
+            merged into ``2**(num_bits - 1 + unsigned)`` levels; the last minimum wins.
+            ``"mse"``: the bin centre (from ``start_bin``, every ``stride``-th) minimising the
+            count-weighted error of fake quantizing the centres with that amax. ``"percentile"``:
+            the left edge of the first bin whose CDF reaches ``percentile`` %.
+        num_bits : int
+            Bits of the quantization the amax is for (2 to 16).
+        unsigned : bool
+            Whether that quantization is unsigned.
+        stride, start_bin : int
+            The candidate bins of ``"entropy"`` and ``"mse"``: every ``stride``-th from ``start_bin``.
+        percentile : float
+            The percentile of ``"percentile"``, in [0, 100].
+
+        Returns
+        -------
+        numpy.float32 or None
+            The amax (finite), or None before any batch.
         """
         check_choice("method", method, ("entropy", "mse", "percentile"))
         _check_int("num_bits", num_bits, 2, 16)

@@ -116,9 +116,12 @@ def choose_qparams(
     dtype : str or dtype
         Integer format: ``"int8"``, ``"uint8"``, ``"int16"``, ``"uint16"``, ``"int4"``,
         ``"uint4"``, ``"int2"``, ``"uint2"``.
-    axis, block_size
-        Granularity, as in :func:`nbquant.quantize` (per-tensor, per-channel,
-        ONNX blocked, torchao tuple ``block_size``).
+    axis : int, optional
+        Per-channel (the kept axis) or, with an int ``block_size``, the blocked axis;
+        as in :func:`nbquant.quantize`.
+    block_size : int or tuple of int, optional
+        ONNX blocks along ``axis`` (an int) or torchao blocks (a tuple), as in
+        :func:`nbquant.quantize`; neither ``axis`` nor ``block_size``: per-tensor.
     mapping : {"symmetric", "asymmetric", "symmetric_no_clipping_err", "modelopt"}
         torchao's mappings (``min_neg = min(min, 0)``, ``max_pos = max(max, 0)``):
         symmetric ``s = max(-min_neg, max_pos) / ((qmax - qmin) / 2)`` (amax / 127.5
@@ -229,10 +232,28 @@ def quantize_dynamic(
 
     Parameters
     ----------
-    x, dtype, axis, block_size, mapping, quant_min, quant_max, eps, narrow_range, scale_op, backend
+    x : array_like
+        As in :func:`choose_qparams`.
+    dtype : str or dtype
+        As in :func:`choose_qparams`.
+    axis : int, optional
+        As in :func:`choose_qparams`.
+    block_size : int or tuple of int, optional
+        As in :func:`choose_qparams`.
+    mapping : {"symmetric", "asymmetric", "symmetric_no_clipping_err", "modelopt"}
+        As in :func:`choose_qparams`.
+    quant_min, quant_max : int, optional
+        As in :func:`choose_qparams`.
+    eps : float, optional
+        As in :func:`choose_qparams`.
+    narrow_range : bool, optional
+        As in :func:`choose_qparams`.
+    scale_op : {"reciprocal", "divide", "multiply"}, optional
         As in :func:`choose_qparams`.
     packed : bool
         Sub-byte formats: codes packed along the last axis as in :func:`nbquant.quantize`.
+    backend : str, optional
+        As in :func:`choose_qparams`.
 
     Returns
     -------

@@ -24,7 +24,11 @@ __all__ = ["QuantFormat", "FORMATS", "get_format"]
 class QuantFormat:
     """One quantized format: integer, or a floating-point element format.
 
-    Attributes
+    The rows of :data:`FORMATS` are the instances; look one up with :func:`get_format`.
+    The fields below are the constructor's parameters (and the attributes); the
+    properties (``qmin``, ``qmax``, ``max_value``, ``packable``, ...) derive from them.
+
+    Parameters
     ----------
     name : str
         Canonical name, e.g. ``"int4"``.
@@ -34,8 +38,6 @@ class QuantFormat:
         Bits per code.
     signed : bool
         Whether codes are two's complement.
-    qmin, qmax : int
-        The full range of the format.
     ebits, mbits : int
         Exponent and mantissa bits of a floating-point format (0 for integers).
     max_code, overflow_code, nan_code, nan_flips_sign, nan_rule : int
@@ -86,10 +88,12 @@ class QuantFormat:
 
     @property
     def qmin(self) -> int:
+        """The smallest code of the full range: ``-2**(bits - 1)`` if signed, else 0."""
         return -(1 << (self.bits - 1)) if self.signed else 0
 
     @property
     def qmax(self) -> int:
+        """The largest code of the full range: ``2**(bits - 1) - 1`` if signed, else ``2**bits - 1``."""
         return (1 << (self.bits - 1)) - 1 if self.signed else (1 << self.bits) - 1
 
     @property
@@ -107,7 +111,18 @@ class QuantFormat:
         return {2: (4, 1), 4: (2, 1), 6: (4, 3)}.get(self.bits, (1, 1))
 
     def packed_length(self, n: int) -> int:
-        """Bytes that ``n`` packed codes take (``n`` a multiple of ``pack_group[0]``)."""
+        """Return the bytes that ``n`` packed codes take.
+
+        Parameters
+        ----------
+        n : int
+            A count of codes, a multiple of ``pack_group[0]``.
+
+        Returns
+        -------
+        int
+            ``n // pack_group[0] * pack_group[1]``.
+        """
         codes, nbytes = self.pack_group
         return n // codes * nbytes
 
@@ -172,6 +187,8 @@ def _float_row(name: str) -> QuantFormat:
                        code_of(np.inf) & magnitude, nan & magnitude, nan >> (info.bits - 1), int(nan_rule))
 
 
+#: Every quantized format nbquant knows: canonical name -> :class:`QuantFormat` (the integers, int32 and the fp8, fp6
+#: and fp4 element formats).
 FORMATS: dict[str, QuantFormat] = {
     f.name: f
     for f in (
@@ -207,6 +224,7 @@ def get_format(dtype: str | np.dtype | type) -> QuantFormat:
     Returns
     -------
     QuantFormat
+        The row of :data:`FORMATS`.
 
     Raises
     ------

@@ -1,4 +1,4 @@
-"""NVIDIA modelopt ``tensor_quant`` capabilities: amax-based quantization, fake quantization, STE backward.
+"""NVIDIA modelopt ``tensor_quant`` capabilities: amax-based quantization and fake quantization.
 
 Numerics follow modelopt (semantics.md §6): integer path ``S = maxbound / amax``,
 ``q = clamp(rne(x * S), minbound, maxbound)``, fake output ``q / S``; where
@@ -12,7 +12,8 @@ inputs return float32).
 Granularity: ``axis`` (the kept dimension, as modelopt's ``axis``), ``block_size``
 (nbquant conventions), or an ``amax`` array whose shape broadcasts against ``x``
 (modelopt's rule: each dimension 1 or equal). ``amax=None`` computes it from ``x``
-per block (modelopt's dynamic quantization, ``reduce_amax``).
+per block (modelopt's dynamic quantization, ``reduce_amax``). The straight-through
+gradients of these fake quantizers are in :mod:`nbquant.modelopt_grad`.
 """
 
 from __future__ import annotations
@@ -39,8 +40,6 @@ __all__ = [
     "fake_tensor_quant",
     "scaled_e4m3",
     "fake_affine_tensor_quant",
-    "fake_tensor_quant_backward",
-    "fake_affine_tensor_quant_backward",
     "dynamic_block_quant",
     "block_sizes_to_layout",
 ]
@@ -156,9 +155,23 @@ def _amax_grid(x, amax, layout, backend) -> np.ndarray:
 
 def reduce_amax(x: npt.ArrayLike, *, axis: int | None = None, block_size=None, layout: BlockLayout | None = None,
                 backend: str | None = None) -> np.ndarray:
-    """``max |x|`` per block (float32, the block grid); NaN if the block holds a NaN.
+    """Return ``max |x|`` per block; NaN if the block holds a NaN.
 
-    The blocks are given by ``axis``/``block_size`` or by a :class:`BlockLayout` of ``x``'s shape.
+    Parameters
+    ----------
+    x : array_like
+        float32, float16, bfloat16 or float64 input (a CUDA device array stays on its device).
+    axis, block_size : int or tuple of int, optional
+        The blocks, as in :func:`nbquant.quantize` (neither: the whole tensor).
+    layout : BlockLayout, optional
+        The blocks as a :class:`~nbquant.layout.BlockLayout` of ``x``'s shape, instead of ``axis``/``block_size``.
+    backend : str, optional
+        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+
+    Returns
+    -------
+    numpy.ndarray
+        float32, the block grid.
 
     Examples
     --------
@@ -236,9 +249,10 @@ def fake_tensor_quant(
     unsigned, narrow_range : bool
         Integer range: ``[0, 2**n - 1]``; signed ``[-(2**(n-1) - 1), 2**(n-1) - 1]``
         when narrow (the default, as modelopt's function), else down to ``-2**(n-1)``.
-    axis, block_size
+    axis, block_size : int or tuple of int, optional
         Granularity of ``amax`` (``axis`` is the kept dimension, as in modelopt).
     backend : str, optional
+        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
 
     Returns
     -------
@@ -265,10 +279,23 @@ def tensor_quant(
     block_size: int | tuple[int, ...] | None = None,
     backend: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """modelopt's ``TensorQuantFunction``: float32 codes ``clamp(rne(x * S))`` and the scale ``S``.
+    """Quantize as modelopt's ``TensorQuantFunction``: float32 codes ``clamp(rne(x * S))`` and the scale ``S``.
 
     ``S = maxbound / amax`` per block, 1.0 where ``amax <= 2**-24``; ``codes / S``
     dequantizes. NaN inputs stay NaN codes.
+
+    Parameters
+    ----------
+    x, amax : array_like
+        The input and its clipping range(s), as in :func:`fake_tensor_quant`.
+    num_bits : int
+        Integer bits (``tensor_quant`` has no floating-point formats).
+    unsigned, narrow_range : bool
+        The integer range, as in :func:`fake_tensor_quant`.
+    axis, block_size : int or tuple of int, optional
+        Granularity of ``amax``, as in :func:`fake_tensor_quant`.
+    backend : str, optional
+        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
 
     Returns
     -------
@@ -293,10 +320,26 @@ def tensor_quant(
 
 def scaled_e4m3(x: npt.ArrayLike, amax: npt.ArrayLike | None = None, E: int = 4, M: int = 3, *,
                 axis: int | None = None, block_size=None, backend: str | None = None) -> np.ndarray:
-    """modelopt's ``scaled_e4m3``: ``e4m3(clamp(x * S, ±448)) * fl(1 / S)`` with ``S = fl(fl(1 / amax) * 448)``.
+    """Fake-quantize to E4M3 as modelopt's ``scaled_e4m3``: ``e4m3(clamp(x * S, ±448)) * fl(1 / S)``.
 
-    ``amax=None`` here means ``max |x|`` per block (modelopt's ``amax=None`` plain
-    cast is ``nbquant.quantize(x, 1.0, "float8_e4m3fn", saturate=False)``).
+    ``S = fl(fl(1 / amax) * 448)``. ``amax=None`` here means ``max |x|`` per block (modelopt's
+    ``amax=None`` plain cast is ``nbquant.quantize(x, 1.0, "float8_e4m3fn", saturate=False)``).
+
+    Parameters
+    ----------
+    x, amax : array_like
+        The input and its clipping range(s), as in :func:`fake_tensor_quant`.
+    E, M : int
+        4 and 3 (the only format modelopt's ``scaled_e4m3`` takes).
+    axis, block_size : int or tuple of int, optional
+        Granularity of ``amax``, as in :func:`fake_tensor_quant`.
+    backend : str, optional
+        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+
+    Returns
+    -------
+    numpy.ndarray
+        Same shape and float dtype as ``x`` (float32 for float64).
 
     Examples
     --------
@@ -313,7 +356,25 @@ def scaled_e4m3(x: npt.ArrayLike, amax: npt.ArrayLike | None = None, E: int = 4,
 def dynamic_block_quant(x: npt.ArrayLike, block_sizes: dict, num_bits: int | tuple[int, int] = 8,
                         unsigned: bool = False, narrow_range: bool = True, *,
                         backend: str | None = None) -> np.ndarray:
-    """Dynamic block fake quantization (``block_sizes={-1: B, "type": "dynamic"}``): per-block amax on the fly.
+    """Fake-quantize per block with the amax computed on the fly (``block_sizes={-1: B, "type": "dynamic"}``).
+
+    Parameters
+    ----------
+    x : array_like
+        float32, float16, bfloat16 or float64 input.
+    block_sizes : dict
+        modelopt's ``{axis: block, "type": "dynamic"}``.
+    num_bits : int or (E, M)
+        As in :func:`fake_tensor_quant`.
+    unsigned, narrow_range : bool
+        As in :func:`fake_tensor_quant`.
+    backend : str, optional
+        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+
+    Returns
+    -------
+    numpy.ndarray
+        Same shape and float dtype as ``x`` (float32 for float64).
 
     Examples
     --------
@@ -371,10 +432,26 @@ def _affine_params(min_range, max_range, num_bits):
 
 def fake_affine_tensor_quant(x: npt.ArrayLike, min_range: float, max_range: float, num_bits: int = 8, *,
                              backend: str | None = None) -> np.ndarray:
-    """Legacy modelopt ``FakeAffineTensorQuantFunction`` (per tensor, gemmlowp style).
+    """Fake-quantize as modelopt's legacy ``FakeAffineTensorQuantFunction`` (per tensor, gemmlowp style).
 
     ``step = (max - min) / (2**n - 1)``, ``qz = rne(min / step) + 2**(n-1)``,
     ``out = (clamp(rne(x / step) - qz, -2**(n-1), 2**(n-1) - 1) + qz) * step``, all float32.
+
+    Parameters
+    ----------
+    x : array_like
+        float32, float16, bfloat16 or float64 input.
+    min_range, max_range : float
+        The range (``min``, ``max`` above).
+    num_bits : int
+        Bits, 2 to 16.
+    backend : str, optional
+        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+
+    Returns
+    -------
+    numpy.ndarray
+        Same shape and float dtype as ``x`` (float32 for float64).
 
     Examples
     --------
@@ -387,56 +464,4 @@ def fake_affine_tensor_quant(x: npt.ArrayLike, min_range: float, max_range: floa
     out = _empty_like_input(x, _out_dtype(x))
     if x.size:
         resolve_backend(backend, (x,)).fake_affine(x, step, qz, minb, maxb, out)
-    return out
-
-
-def _grad_pair(grad_output, x):
-    g = device_float_input(grad_output, "grad_output")
-    x = device_float_input(x)
-    if tuple(g.shape) != tuple(x.shape):
-        raise ValueError(f"grad_output has shape {tuple(g.shape)} but x has shape {tuple(x.shape)}; they must match")
-    if is_device_array(g) != is_device_array(x):
-        raise TypeError("grad_output and x must both be CUDA device arrays or both host arrays")
-    return g, x
-
-
-def fake_tensor_quant_backward(grad_output: npt.ArrayLike, x: npt.ArrayLike, amax: npt.ArrayLike, *,
-                               axis: int | None = None, block_size=None, backend: str | None = None) -> np.ndarray:
-    """Straight-through estimator with clipping: ``grad where -amax <= x <= amax else 0`` (endpoints pass).
-
-    NaN inputs get gradient 0. The result has ``grad_output``'s float dtype (float32 for float64).
-
-    Examples
-    --------
-    >>> import numpy as np, nbquant
-    >>> nbquant.fake_tensor_quant_backward(np.ones(4, np.float32), np.array([-2.0, -1.0, 0.5, 1.5], np.float32), 1.0)
-    array([0., 1., 1., 0.], dtype=float32)
-    """
-    g, x = _grad_pair(grad_output, x)
-    layout = _layout(x, amax, axis, block_size)
-    grid = _amax_grid(x, amax, layout, backend)
-    out = _empty_like_input(x, _out_dtype(g))
-    if x.size:
-        resolve_backend(backend, (x,)).ste_backward(g, x, -grid, grid, layout, out)
-    return out
-
-
-def fake_affine_tensor_quant_backward(grad_output: npt.ArrayLike, x: npt.ArrayLike, min_range: float,
-                                      max_range: float, *, backend: str | None = None) -> np.ndarray:
-    """FakeAffine's STE: ``grad where min_range <= x <= max_range else 0``.
-
-    Examples
-    --------
-    >>> import numpy as np, nbquant
-    >>> nbquant.fake_affine_tensor_quant_backward(np.ones(3, np.float32), np.array([-2.0, 0.0, 2.0], np.float32),
-    ...                                           -1.0, 2.0)
-    array([0., 1., 1.], dtype=float32)
-    """
-    g, x = _grad_pair(grad_output, x)
-    lo, hi = check_affine_range(min_range, max_range)
-    layout = resolve_layout(tuple(x.shape))
-    out = _empty_like_input(x, _out_dtype(g))
-    if x.size:
-        resolve_backend(backend, (x,)).ste_backward(
-            g, x, np.full(layout.grid, lo, np.float32), np.full(layout.grid, hi, np.float32), layout, out)
     return out

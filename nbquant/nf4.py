@@ -26,7 +26,10 @@ __all__ = ["NF4Quantized", "quantize_nf4"]
 class NF4Quantized:
     """NF4 codes with per-block scales, optionally double-quantized (modelopt ``NF4QTensor``).
 
-    Attributes
+    :func:`quantize_nf4` returns it; the fields below are the constructor's parameters
+    and the attributes.
+
+    Parameters
     ----------
     data : numpy.ndarray
         uint8, two 4-bit table indices per byte over the flattened input, the first
@@ -37,9 +40,9 @@ class NF4Quantized:
         The input's shape.
     block_size : int
         Elements per scale (over the flattened input).
-    double_scales : numpy.ndarray or None
+    double_scales : numpy.ndarray or None, optional
         float32, one per ``scale_block_size`` scales: ``q_scale = rne((s - mean) * double_scale)``.
-    scale_mean : numpy.float32 or None
+    scale_mean : numpy.float32 or None, optional
         The mean subtracted from every scale before its int8 quantization.
     """
 
@@ -51,14 +54,32 @@ class NF4Quantized:
     scale_mean: np.float32 | None = None
 
     def block_scales(self) -> np.ndarray:
-        """The float32 per-block scales (dequantized: ``q / double_scale + mean`` when double-quantized)."""
+        """Return the float32 per-block scales, dequantized when double-quantized.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``scales`` itself, or ``q / double_scale + mean`` per group when double-quantized.
+        """
         if self.double_scales is None:
             return self.scales
         groups = host_array(self.scales).reshape(host_array(self.double_scales).size, -1).astype(np.float32)
         return (groups / host_array(self.double_scales)[:, None] + self.scale_mean).reshape(-1)
 
     def dequantize(self, out_dtype: npt.DTypeLike = np.float32, backend: str | None = None) -> np.ndarray:
-        """``table[code] * scale`` per block, in the input's shape.
+        """Decode back to floats: ``table[code] * scale`` per block, in the input's shape.
+
+        Parameters
+        ----------
+        out_dtype : dtype, optional
+            float32 (default), float16 or bfloat16.
+        backend : str, optional
+            ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+
+        Returns
+        -------
+        numpy.ndarray
+            The values, of ``out_dtype``, in the input's shape.
 
         Examples
         --------
@@ -143,6 +164,7 @@ def quantize_nf4(
     scale_bits : int
         Bits of the quantized scales (2..8).
     backend : str, optional
+        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
 
     Returns
     -------

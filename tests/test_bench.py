@@ -13,6 +13,7 @@ user's home.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -52,10 +53,16 @@ def test_select_cases():
 
 @pytest.mark.full(reason="slow tooling: the ratio benchmark compiles every case's kernels in a new process "
                         "(1-2 min on a cold cache)")
-def test_ratio_benchmark_prints_table():
-    res = _run([sys.executable, "-m", "benchmarks", "--sizes", "2^10", "--repeats", "2"], ROOT)
+def test_ratio_benchmark_prints_table(tmp_path):
+    res = _run([sys.executable, "-m", "benchmarks", "--sizes", "2^10", "--repeats", "2", "--json",
+                str(tmp_path / "bench.json")], ROOT)
     assert res.returncode == 0, res.stderr
     out = res.stdout
+    data = json.loads((tmp_path / "bench.json").read_text(encoding="utf-8"))
+    assert data["command"] == f"python -m benchmarks --sizes 2^10 --repeats 2 --json {tmp_path / 'bench.json'}"
+    assert data["machine"][0].startswith("machine: ") and data["device"] == "cpu"
+    assert {r["case"] for r in data["rows"]} == {c.name for c in CASES}
+    assert sum(r["impl"] == "roofline" for r in data["rows"]) == len(CASES)
     assert "median ms" in out and "%roof" in out and "threading layer" in out
     assert "skipped" not in out, out
     for case in CASES:

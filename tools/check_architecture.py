@@ -14,9 +14,10 @@ Each rule is a function ``(root) -> list[str]`` of offenders (empty: it holds), 
   underscore- or camel-case part or ``cudasim`` in it, and no non-docstring string says ``cudasim`` or
   ``simulator`` (case-insensitive). Comments and docstrings may.
 - ``module-length``: no ``.py`` file in :data:`LINE_LIMITED_DIRS` has over :data:`MAX_LINES` lines.
-- ``cited-files-exist``: cited paths (``docs/cuda.md``, ``.ci/run``, globs) and relative Markdown links exist, and
-  each dotted ``nbquant.x.y`` resolves: its longest prefix is a module or package and the next part, if any, a
-  top-level name of it. This file and its test cite the target layout and are not scanned.
+- ``cited-files-exist``: cited paths (``docs/cuda.md``, ``.ci/run``, globs; not build outputs, :data:`BUILD_OUTPUTS`)
+  and relative Markdown links exist, and each dotted ``nbquant.x.y`` resolves: its longest prefix is a module or
+  package and the next part, if any, a top-level name of it. This file and its test cite the target layout and are
+  not scanned.
 
 Usage: ``python tools/check_architecture.py [--root DIR] [--rule NAME] [--tree]``; exit status 1 on a violation.
 """
@@ -46,6 +47,8 @@ CITED_TOP_DIRS = ("nbquant", "tests", "tools", "docs", "benchmarks", "asv_bench"
 EXCLUDED_PARTS = frozenset({".venv", ".git", "build", "__pycache__"})
 EXCLUDED_DIRS = ("asv_bench/results",)
 NOT_SCANNED_FOR_CITATIONS = ("tools/check_architecture.py", "tests/test_architecture.py")
+#: Where builds write (ignored by git): a citation of a path under one names an output, which a clone lacks.
+BUILD_OUTPUTS = ("docs/_build/", "docs/_generated/")
 
 _TOP_DIRS = "|".join(map(re.escape, CITED_TOP_DIRS))
 _CITED_PATH = re.compile(rf"(?<![\w./-])(?:\.\./shared/|(?:{_TOP_DIRS})/)[\w./*-]*")
@@ -331,7 +334,7 @@ def citation_problems(root: Path, citing: Path, modules: dict[str, Path]) -> Ite
     """Yield ``(line, problem)`` for each missing path, broken Markdown link or stale dotted reference."""
     for number, line in enumerate(citing.read_text(encoding="utf-8").splitlines(), 1):
         for cited in (m.rstrip(".,;:") for m in _CITED_PATH.findall(line)):
-            if not cited.startswith("../shared/") and not cited_path_exists(root, citing, cited):
+            if not cited.startswith(("../shared/", *BUILD_OUTPUTS)) and not cited_path_exists(root, citing, cited):
                 yield number, f"missing path {cited!r}"
         for target in _MARKDOWN_LINK.findall(line) if citing.suffix == ".md" else ():
             target = target.split("#")[0]

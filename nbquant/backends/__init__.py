@@ -61,7 +61,17 @@ class BackendUnavailableError(RuntimeError):
 
 
 class BackendInfo(NamedTuple):
-    """One row of :func:`backends`: whether a backend can run, and if not, why."""
+    """One row of :func:`backends`: whether a backend can run, and if not, why.
+
+    Parameters
+    ----------
+    name : str
+        ``"reference"``, ``"cpu"`` or ``"cuda"``.
+    available : bool
+        Whether the backend can run in this process.
+    reason : str
+        ``"available"``, or why the backend cannot run (what is missing and how to install it).
+    """
 
     name: str
     available: bool
@@ -101,6 +111,11 @@ def _cuda_unavailable_reason() -> str:
 def backends() -> list[BackendInfo]:
     """List every backend nbquant knows, with availability and the reason when unavailable.
 
+    Returns
+    -------
+    list of BackendInfo
+        ``reference``, ``cpu`` and ``cuda``, in that order.
+
     Examples
     --------
     >>> import nbquant
@@ -123,6 +138,12 @@ _context: contextvars.ContextVar[str | None] = contextvars.ContextVar("nbquant_b
 def set_backend(name: str) -> None:
     """Set the process-wide backend (``"auto"``, ``"reference"``, ``"cpu"``, ...).
 
+    Parameters
+    ----------
+    name : str
+        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``. A call's ``backend=`` and
+        :func:`use_backend` take precedence; this takes precedence over ``NBQUANT_BACKEND``.
+
     Examples
     --------
     >>> import nbquant
@@ -135,7 +156,13 @@ def set_backend(name: str) -> None:
 
 
 def get_backend() -> str:
-    """The backend name in force here (before ``auto`` is resolved)."""
+    """Return the backend name in force here (before ``auto`` is resolved).
+
+    Returns
+    -------
+    str
+        The innermost :func:`use_backend`, else :func:`set_backend`'s, else ``NBQUANT_BACKEND``, else ``"auto"``.
+    """
     name = _context.get() or _selected or os.environ.get("NBQUANT_BACKEND") or AUTO
     return _check_name(name, "NBQUANT_BACKEND" if name == os.environ.get("NBQUANT_BACKEND") else "backend")
 
@@ -143,6 +170,16 @@ def get_backend() -> str:
 @contextlib.contextmanager
 def use_backend(name: str) -> Iterator[None]:
     """Use ``name`` for calls inside the ``with`` block (thread- and task-local).
+
+    Parameters
+    ----------
+    name : str
+        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``.
+
+    Yields
+    ------
+    None
+        Control to the ``with`` block; the previous choice is restored when it ends.
 
     Examples
     --------

@@ -94,6 +94,7 @@ class ScaledQuantDescriptor:
     num_bits : int or tuple of int
         Bits of integer quantization, or ``(4, 3)`` for E4M3. Default 8.
     name : str, optional
+        A name for the quantizer (kept, not used).
     fake_quant : bool
         Fake quantization mode. Default True.
     axis : None, int or tuple of int
@@ -106,8 +107,11 @@ class ScaledQuantDescriptor:
     learn_amax : bool
         ``axis`` must be None when True.
     scale_amax : float, optional
+        A factor modelopt applies to the amax (kept, not used by nbquant's functions).
     calib_method : {"max", "histogram"}
+        The calibrator modelopt would use.
     unsigned : bool
+        Unsigned integer range ``[0, 2**num_bits - 1]``.
     narrow_range : bool
         ``[-127, 127]`` instead of ``[-128, 127]`` for 8 bits. Default False (the
         ``fake_tensor_quant`` function's own default is True).
@@ -174,6 +178,16 @@ class ScaledQuantDescriptor:
     def get_block_quant_axes_and_sizes(block_sizes):
         """Return the ``{axis: block}`` entries of ``block_sizes`` (its integer keys).
 
+        Parameters
+        ----------
+        block_sizes : dict or None
+            A ``block_sizes`` argument of the descriptor.
+
+        Returns
+        -------
+        dict or None
+            The integer-keyed entries; None for None.
+
         Examples
         --------
         >>> ScaledQuantDescriptor.get_block_quant_axes_and_sizes({-1: 32, "type": "dynamic"})
@@ -189,6 +203,11 @@ class ScaledQuantDescriptor:
         Unlike modelopt's own ``dict()`` (which omits ``block_sizes``, ``calib_method``,
         ``narrow_range`` and ``dynamic``), every non-default field is included, so the
         documented round trip ``QuantDescriptor(**d.dict()) == d`` holds.
+
+        Returns
+        -------
+        dict
+            Keyword arguments of the constructor that rebuild this descriptor.
         """
         out = {"num_bits": self._num_bits, "name": self._name}
         for key, default in _DEFAULTS.items():
@@ -244,7 +263,9 @@ def tensor_quant(inputs: npt.ArrayLike, amax: npt.ArrayLike, num_bits: int = 8, 
     amax : float or numpy.ndarray
         ``>= 0``, broadcastable against ``inputs``.
     num_bits : int
+        Bits of the integer codes.
     unsigned, narrow_range : bool
+        The integer range, as above.
 
     Returns
     -------
@@ -269,14 +290,18 @@ def fake_tensor_quant(inputs: npt.ArrayLike, amax: npt.ArrayLike, num_bits: int 
     Parameters
     ----------
     inputs : numpy.ndarray
+        float32, float16 or bfloat16.
     amax : float or numpy.ndarray
+        ``>= 0``, broadcastable against ``inputs``.
     num_bits : int
+        Bits of the integer codes.
     unsigned, narrow_range : bool
+        The integer range, as in :func:`tensor_quant`.
 
     Returns
     -------
     numpy.ndarray
-        The input's dtype.
+        The fake-quantized values, in the input's dtype.
 
     Examples
     --------
@@ -296,6 +321,20 @@ def fake_affine_tensor_quant(inputs: npt.ArrayLike, min_range: float, max_range:
     ``step = (max - min) / (2**n - 1)``, ``qz = rne(min / step) + 2**(n-1)``,
     ``out = (clamp(rne(x / step) - qz, -2**(n-1), 2**(n-1) - 1) + qz) * step``.
 
+    Parameters
+    ----------
+    inputs : numpy.ndarray
+        float32, float16 or bfloat16.
+    min_range, max_range : float
+        The range (``min``, ``max`` above).
+    num_bits : int
+        Bits, 2 to 16.
+
+    Returns
+    -------
+    numpy.ndarray
+        The fake-quantized values, in the input's dtype.
+
     Examples
     --------
     >>> import numpy as np
@@ -310,6 +349,20 @@ def scaled_e4m3(inputs: npt.ArrayLike, amax: npt.ArrayLike | None = None, E: int
 
     ``amax <= 2**-24`` is read as 1.0. ``amax=None`` is modelopt's plain cast
     ``x.to(float8_e4m3fn)`` (torch 2.13 saturates overflow and ±inf to ±448).
+
+    Parameters
+    ----------
+    inputs : numpy.ndarray
+        float32, float16 or bfloat16.
+    amax : float or numpy.ndarray, optional
+        ``>= 0``, broadcastable against ``inputs``; None: the plain cast.
+    E, M : int
+        4 and 3, the only format supported (as in modelopt).
+
+    Returns
+    -------
+    numpy.ndarray
+        The fake-quantized values, in the input's dtype (float32 for float64).
 
     Examples
     --------

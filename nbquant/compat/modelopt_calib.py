@@ -61,7 +61,7 @@ class _Calibrator:
 
 
 class MaxCalibrator(_Calibrator):
-    """modelopt's ``MaxCalibrator``: the running ``max |x|``, per tensor or per index of the kept ``axis``.
+    """Calibrate as modelopt's ``MaxCalibrator``: the running ``max |x|``, per tensor or per index of ``axis``.
 
     Parameters
     ----------
@@ -100,7 +100,13 @@ class MaxCalibrator(_Calibrator):
         return self._amaxs
 
     def collect(self, x: npt.ArrayLike) -> None:
-        """Fold one batch into the running maximum; NaN or inf in ``x`` raises ``ValueError``."""
+        """Fold one batch into the running maximum; NaN or inf in ``x`` raises ``ValueError``.
+
+        Parameters
+        ----------
+        x : array_like
+            Finite float data; its amax keeps the dims of ``axis`` (and the input's dtype).
+        """
         a = np.asarray(x)
         kept = () if self._axis is None else _kept_axes(self._axis, a.ndim)
         if len(kept) in (0, a.ndim):  # modelopt reduces over no dim as torch.amax(dim=[]) does: over all of them
@@ -121,7 +127,13 @@ class MaxCalibrator(_Calibrator):
             self._amaxs.append(amax.copy())
 
     def compute_amax(self) -> np.ndarray | None:
-        """The amax of every batch so far (the input's dtype and rank), or None before any."""
+        """Return the amax of every batch so far.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            The input's dtype and rank (one value: 0-d); None before any batch.
+        """
         return None if self._calib_amax is None else self._calib_amax.copy()
 
     def reset(self) -> None:
@@ -130,15 +142,19 @@ class MaxCalibrator(_Calibrator):
 
 
 class HistogramCalibrator(_Calibrator):
-    """modelopt's ``HistogramCalibrator``: a histogram of ``|x|``, then an entropy, MSE or percentile amax.
+    """Calibrate as modelopt's ``HistogramCalibrator``: a histogram of ``|x|``, then an amax from it.
+
+    The amax comes by entropy, MSE or percentile (:meth:`compute_amax`).
 
     Parameters
     ----------
-    num_bits, unsigned
-        The format the entropy and MSE methods calibrate for.
+    num_bits : int
+        Bits of the format the entropy and MSE methods calibrate for.
     axis : None
         modelopt supports per-tensor histograms only; anything else raises
         ``NotImplementedError``, as there.
+    unsigned : bool
+        Whether that format is unsigned.
     num_bins : int
         Bins of the first batch (2048).
     grow_method : None
@@ -170,12 +186,33 @@ class HistogramCalibrator(_Calibrator):
         self._native = calibration.HistogramCalibrator(num_bins, skip_zeros=skip_zeros)
 
     def collect(self, x: npt.ArrayLike) -> None:
-        """Add one batch to the histogram."""
+        """Add one batch to the histogram.
+
+        Parameters
+        ----------
+        x : array_like
+            Finite float data, of any shape.
+        """
         self._native.collect(x)
 
     def compute_amax(self, method: str, *, stride: int = 1, start_bin: int = 128,
                      percentile: float = 99.99) -> np.ndarray | None:
-        """The calibrated amax (0-d float32) by ``"entropy"``, ``"mse"`` or ``"percentile"``; None before any batch."""
+        """Return the calibrated amax by ``"entropy"``, ``"mse"`` or ``"percentile"``.
+
+        Parameters
+        ----------
+        method : {"entropy", "mse", "percentile"}
+            As in :meth:`nbquant.HistogramCalibrator.compute_amax`.
+        stride, start_bin : int
+            The candidate bins of ``"entropy"`` and ``"mse"``: every ``stride``-th from ``start_bin``.
+        percentile : float
+            The percentile of ``"percentile"``, in [0, 100].
+
+        Returns
+        -------
+        numpy.ndarray or None
+            0-d float32; None before any batch.
+        """
         amax = self._native.compute_amax(method, num_bits=self._num_bits, unsigned=self._unsigned, stride=stride,
                                          start_bin=start_bin, percentile=percentile)
         return None if amax is None else np.array(amax, np.float32)

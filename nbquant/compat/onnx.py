@@ -255,7 +255,9 @@ def dequantize_linear(x: npt.ArrayLike, x_scale: npt.ArrayLike, x_zero_point: np
         Same dtype as ``x`` (zeros for floating-point types); per-tensor, per-axis or
         blocked independently of ``x_scale``. int32 codes with a nonzero zero point raise
         ``NotImplementedError``: ONNX computes ``x - x_zero_point`` in float64 there.
-    axis, block_size
+    axis : int
+        As in :func:`quantize_linear`.
+    block_size : int
         As in :func:`quantize_linear`.
     output_dtype : int, str or dtype
         ``0``: the scale's dtype; else FLOAT (1), FLOAT16 (10) or BFLOAT16 (16).

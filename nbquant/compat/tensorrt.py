@@ -133,7 +133,11 @@ def dequantize(input: npt.ArrayLike, scale, zero_point=None, *, axis: int = -1, 
     ----------
     input : numpy.ndarray
         int8, ml_dtypes.int4 or ml_dtypes.float8_e4m3fn codes.
-    scale, zero_point, axis
+    scale : array_like
+        As in :func:`quantize`.
+    zero_point : array_like, optional
+        As in :func:`quantize` (all zeros).
+    axis : int
         As in :func:`quantize`.
     to_type : str or dtype
         ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``.

@@ -1,9 +1,10 @@
 """torchao 0.18 quantization primitives (``torchao.quantization.quant_primitives``) on NumPy arrays.
 
-One namespace with torchao's names, from four modules:
+One namespace with torchao's names, from five modules:
 
 * :mod:`~nbquant.compat.torchao_affine`: ``quantize_affine``, ``dequantize_affine``,
-  ``choose_qparams_affine``, the tinygemm (FLOAT) and NONE zero-point domains;
+  ``choose_qparams_affine``, the NONE zero-point domain;
+* :mod:`~nbquant.compat.torchao_tinygemm`: the tinygemm (FLOAT) zero-point domain;
 * :mod:`~nbquant.compat.torchao_float8`: ``_choose_scale_float8``,
   ``_quantize_affine_float8``, ``_dequantize_affine_float8``;
 * :mod:`~nbquant.compat.torchao_qparams`: ``_choose_qparams_affine_tinygemm``,
@@ -26,9 +27,7 @@ from __future__ import annotations
 from .torchao_affine import (
     MappingType,
     _dequantize_affine_no_zero_point,
-    _dequantize_affine_tinygemm,
     _quantize_affine_no_zero_point,
-    _quantize_affine_tinygemm,
     choose_qparams_affine,
     dequantize_affine,
     quantize_affine,
@@ -51,6 +50,7 @@ from .torchao_qparams import (
     _dequantize_affine_floatx,
     _quantize_affine_floatx,
 )
+from .torchao_tinygemm import _dequantize_affine_tinygemm, _quantize_affine_tinygemm
 
 __all__ = [
     "MappingType",

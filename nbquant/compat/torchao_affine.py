@@ -10,10 +10,9 @@ Numerics (quant_primitives.py, identical in 0.18.0 and the 0.19 snapshot):
   ``output_dtype``;
 * :func:`choose_qparams_affine`: torchao's SYMMETRIC / SYMMETRIC_NO_CLIPPING_ERR /
   ASYMMETRIC scales and zero points (via :func:`nbquant.choose_qparams`);
-* the private FLOAT ("tinygemm") and NONE zero-point domains:
-  :func:`_quantize_affine_tinygemm` (``rne((x - (zp - scale * mid)) / scale)``,
-  **divides**), :func:`_dequantize_affine_tinygemm`,
-  :func:`_quantize_affine_no_zero_point`, :func:`_dequantize_affine_no_zero_point`.
+* the private NONE zero-point domain: :func:`_quantize_affine_no_zero_point`,
+  :func:`_dequantize_affine_no_zero_point` (the FLOAT, "tinygemm", domain is in
+  :mod:`~nbquant.compat.torchao_tinygemm`).
 
 ``block_size`` has one entry per dimension; element ``i`` along dimension ``d``
 uses block ``i // block_size[d]``. ``scale`` / ``zero_point`` may have any shape
@@ -32,7 +31,8 @@ an input and scale of one half type (``compute_dtype``). A float64 scale (float6
 arithmetic) raises rather than give different bits.
 
 :mod:`nbquant.compat.torchao` re-exports these with the float8 primitives
-(:mod:`~nbquant.compat.torchao_float8`) and fake quantization
+(:mod:`~nbquant.compat.torchao_float8`), the tinygemm domain
+(:mod:`~nbquant.compat.torchao_tinygemm`) and fake quantization
 (:mod:`~nbquant.compat.torchao_qat`).
 """
 
@@ -52,15 +52,13 @@ __all__ = [
     "dequantize_affine",
     "choose_qparams_affine",
     "MappingType",
-    "_quantize_affine_tinygemm",
-    "_dequantize_affine_tinygemm",
     "_quantize_affine_no_zero_point",
     "_dequantize_affine_no_zero_point",
 ]
 
 
 class MappingType:
-    """torchao's ``MappingType`` names (plain strings are accepted too)."""
+    """The names of torchao's ``MappingType`` (plain strings are accepted too)."""
 
     SYMMETRIC = "SYMMETRIC"
     SYMMETRIC_NO_CLIPPING_ERR = "SYMMETRIC_NO_CLIPPING_ERR"
@@ -292,7 +290,9 @@ def choose_qparams_affine(input: npt.ArrayLike, mapping_type, block_size, target
                           quant_min: int | None = None, quant_max: int | None = None, eps: float | None = None,
                           scale_dtype=None, zero_point_dtype="int32",
                           keepdim: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """torchao's ``choose_qparams_affine`` for float32 inputs (through :func:`nbquant.choose_qparams`).
+    """Choose scales and zero points as torchao's ``choose_qparams_affine`` (float32 inputs).
+
+    Computed by :func:`nbquant.choose_qparams`.
 
     Parameters
     ----------
@@ -306,6 +306,7 @@ def choose_qparams_affine(input: npt.ArrayLike, mapping_type, block_size, target
     target_dtype : str or dtype
         As ``output_dtype`` of :func:`quantize_affine` (``int1``..``int7`` allowed).
     quant_min, quant_max : int, optional
+        Bounds inside ``target_dtype``'s (default: its full range).
     eps : float, optional
         Scale floor (default float32's smallest normal, as in torchao 0.18).
     scale_dtype : str or dtype, optional
@@ -317,11 +318,13 @@ def choose_qparams_affine(input: npt.ArrayLike, mapping_type, block_size, target
 
     Returns
     -------
-    scale, zero_point : numpy.ndarray
-        One per block: float32 scales and ``zero_point_dtype`` zero points. With
-        ``keepdim`` shaped as the block grid; else as torchao shapes them: a dim whose
-        block is 1 stays (even of size 1), a dim whose block is the whole dim goes, and
-        with no block larger than 1 torchao reduces over the whole tensor (one scale).
+    scale : numpy.ndarray
+        float32, one per block. With ``keepdim`` shaped as the block grid; else as torchao
+        shapes it: a dim whose block is 1 stays (even of size 1), a dim whose block is the
+        whole dim goes, and with no block larger than 1 torchao reduces over the whole
+        tensor (one scale).
+    zero_point : numpy.ndarray
+        ``zero_point_dtype``, the shape of ``scale``.
 
     Examples
     --------
@@ -363,7 +366,27 @@ def choose_qparams_affine(input: npt.ArrayLike, mapping_type, block_size, target
 def _quantize_affine_no_zero_point(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero_point,
                                    output_dtype, quant_min: int | None = None,
                                    quant_max: int | None = None) -> np.ndarray:
-    """ZeroPointDomain.NONE: ``clamp(rne(input * (1.0 / scale)), quant_min, quant_max)``; ``zero_point`` is ignored.
+    """Quantize in ZeroPointDomain.NONE: ``clamp(rne(input * (1.0 / scale)), quant_min, quant_max)``.
+
+    Parameters
+    ----------
+    input : numpy.ndarray
+        As in :func:`quantize_affine`.
+    block_size : tuple of int
+        As in :func:`quantize_affine`.
+    scale : numpy.ndarray
+        As in :func:`quantize_affine`.
+    zero_point : object
+        Ignored (torchao's signature).
+    output_dtype : str or dtype
+        As in :func:`quantize_affine`.
+    quant_min, quant_max : int, optional
+        As in :func:`quantize_affine`.
+
+    Returns
+    -------
+    numpy.ndarray
+        The codes, as :func:`quantize_affine` returns them.
 
     A float8 ``output_dtype`` (``float8_e4m3fn``, ``float8_e5m2``) gets torchao's float
     path: the product is rounded to an integer, clamped to ``±finfo.max`` (or the bounds
@@ -396,7 +419,29 @@ def _quantize_affine_no_zero_point(input: npt.ArrayLike, block_size, scale: npt.
 def _dequantize_affine_no_zero_point(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero_point,
                                      input_dtype, quant_min: int | None = None, quant_max: int | None = None, *,
                                      output_dtype="float32") -> np.ndarray:
-    """ZeroPointDomain.NONE: ``input * scale``; ``zero_point`` must be None.
+    """Dequantize in ZeroPointDomain.NONE: ``input * scale``.
+
+    Parameters
+    ----------
+    input : numpy.ndarray
+        As in :func:`dequantize_affine`.
+    block_size : tuple of int
+        As in :func:`dequantize_affine`.
+    scale : numpy.ndarray
+        As in :func:`dequantize_affine`.
+    zero_point : None
+        Must be None.
+    input_dtype : str or dtype
+        As in :func:`dequantize_affine`.
+    quant_min, quant_max : int, optional
+        As in :func:`dequantize_affine`.
+    output_dtype : str or dtype
+        As in :func:`dequantize_affine`.
+
+    Returns
+    -------
+    numpy.ndarray
+        The values, as :func:`dequantize_affine` returns them.
 
     Examples
     --------
@@ -408,88 +453,3 @@ def _dequantize_affine_no_zero_point(input: npt.ArrayLike, block_size, scale: np
         raise ValueError("zero_point should be None for _dequantize_affine_no_zero_point")
     return dequantize_affine(input, block_size, scale, None, input_dtype, quant_min, quant_max,
                              output_dtype=output_dtype)
-
-
-def _tinygemm_params(block_size, scale, zero_point, shape, key, quant_min, quant_max):
-    qmin, qmax = _bounds(key, quant_min, quant_max)
-    block, grid = _grid(shape, block_size)
-    s = _scale(scale, grid)
-    if zero_point is None:
-        raise TypeError("zero_point=None: the tinygemm (FLOAT domain) functions need a float zero point")
-    zp = _view("zero_point", zero_point, grid, floats_only=True)
-    if s.dtype != np.float32 or zp.dtype != np.float32:
-        raise NotImplementedError(f"scale ({s.dtype}) and zero_point ({zp.dtype}) must be float32: torchao computes "
-                                  "the tinygemm shift in their dtype, nbquant in float32 only")
-    s, zp = check_finite("scale", s, positive=True), check_finite("zero_point", zp)  # NumPy uses them before the core
-    return block, grid, s, zp, qmin, qmax, (qmax + qmin + 1) / 2
-
-
-def _per_block(op, a: np.ndarray, values: np.ndarray, block) -> np.ndarray:
-    """``op(a, value of the element's block)`` in float32, one rounding per element; ``values`` is the block grid.
-
-    ``a`` is viewed as torchao's ``shape_for_reduction`` (each dimension split into
-    (blocks, block)) and ``values`` as (blocks, 1) per dimension, so they broadcast.
-    """
-    split = tuple(v for n, b in zip(a.shape, block, strict=True) for v in (n // b, b))
-    expanded = tuple(v for g in values.shape for v in (g, 1))
-    return op(a.astype(np.float32).reshape(split), values.reshape(expanded)).reshape(a.shape)
-
-
-def _quantize_affine_tinygemm(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero_point: npt.ArrayLike,
-                              output_dtype, quant_min: int | None = None,
-                              quant_max: int | None = None) -> np.ndarray:
-    """ZeroPointDomain.FLOAT (tinygemm): ``clamp(rne((input - (zero_point - scale * mid)) / scale))``.
-
-    ``mid = (quant_max + quant_min + 1) / 2``. This **divides** by the scale (unlike
-    :func:`quantize_affine`). nbquant has no core option to subtract a float offset
-    before scaling, so the shift ``input - min_val`` is one float32 NumPy subtraction
-    here (the same single rounding torch does); the division, rounding and clamp run
-    in :func:`nbquant.quantize` with ``scale_op="divide"``.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> x = np.array([[0.0, 1.0, 2.0, 3.0]], np.float32)
-    >>> _quantize_affine_tinygemm(x, (1, 4), np.float32(0.2), np.float32(1.6), "uint4")
-    array([[ 0,  5, 10, 15]], dtype=uint8)
-    """
-    key = _target(output_dtype, "output_dtype")
-    x = _input(input)
-    block, grid, s, zp, qmin, qmax, mid = _tinygemm_params(block_size, scale, zero_point, x.shape, key,
-                                                           quant_min, quant_max)
-    if key in _SUB_BYTE_INT:
-        raise NotImplementedError(f"output_dtype={output_dtype!r} cannot be materialised in torch 2.13")
-    min_val = zp - s * np.float32(mid)
-    shifted = _per_block(np.subtract, x, min_val, block)
-    return api.quantize(shifted, s, _TARGETS[key][0], block_size=block, quant_min=qmin, quant_max=qmax)
-
-
-def _dequantize_affine_tinygemm(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero_point: npt.ArrayLike,
-                                input_dtype, quant_min: int | None = None, quant_max: int | None = None, *,
-                                output_dtype="float32") -> np.ndarray:
-    """ZeroPointDomain.FLOAT (tinygemm): ``(input - mid) * scale + zero_point``, rounded after each step.
-
-    ``(input - mid) * scale`` is :func:`nbquant.dequantize` with ``zero_point=mid``;
-    adding the float zero point is one NumPy addition (nbquant has no core option
-    for an offset after scaling).
-
-    Examples
-    --------
-    The round trip of the :func:`_quantize_affine_tinygemm` example:
-
-    >>> import numpy as np
-    >>> x = np.array([[0.0, 1.0, 2.0, 3.0]], np.float32)
-    >>> q = _quantize_affine_tinygemm(x, (1, 4), np.float32(0.2), np.float32(1.6), "uint4")
-    >>> _dequantize_affine_tinygemm(q, (1, 4), np.float32(0.2), np.float32(1.6), "uint4")
-    array([[0., 1., 2., 3.]], dtype=float32)
-    """
-    key = _target(input_dtype, "input_dtype")
-    out = _out_dtype(output_dtype)
-    q = _codes(input, key)
-    block, grid, s, zp, qmin, qmax, mid = _tinygemm_params(block_size, scale, zero_point, q.shape, key,
-                                                           quant_min, quant_max)
-    if key in _SUB_BYTE_UINT:
-        q = q.view(np.uint8)
-    scaled = api.dequantize(q, s, zero_point=np.full(grid, mid, np.float32), block_size=block, out_dtype=out)
-    return _per_block(np.add, scaled, zp, block).astype(out)
-

@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from ..validation import check_finite, show
 from . import torchao_affine as _ao
+from .torchao_tinygemm import _dequantize_affine_tinygemm, _quantize_affine_tinygemm
 
 __all__ = [
     "ZeroPointDomain",
@@ -35,7 +36,7 @@ __all__ = [
 
 
 class ZeroPointDomain(enum.Enum):
-    """torchao's ``ZeroPointDomain``: where the zero point lives (INT codes, FLOAT values, NONE)."""
+    """The domain of torchao's zero point (``ZeroPointDomain``): INT codes, FLOAT values, or NONE."""
 
     INT = 1
     FLOAT = 2
@@ -67,9 +68,9 @@ def _fake(input, block_size, scale, zero_point, quant_dtype, quant_min, quant_ma
             signed = _ao._quantize_affine_no_zero_point(x, block_size, scale, None, "int16")
             dq[negative & (signed == 0)] = -0.0
     elif domain is ZeroPointDomain.FLOAT:
-        q = _ao._quantize_affine_tinygemm(x, block_size, scale, zero_point, quant_dtype, quant_min, quant_max)
-        dq = _ao._dequantize_affine_tinygemm(q, block_size, scale, zero_point, quant_dtype, quant_min, quant_max,
-                                             output_dtype=str(x.dtype))
+        q = _quantize_affine_tinygemm(x, block_size, scale, zero_point, quant_dtype, quant_min, quant_max)
+        dq = _dequantize_affine_tinygemm(q, block_size, scale, zero_point, quant_dtype, quant_min, quant_max,
+                                         output_dtype=str(x.dtype))
     else:
         q = _ao.quantize_affine(x, block_size, scale, zero_point, quant_dtype, quant_min, quant_max)
         dq = _ao.dequantize_affine(q, block_size, scale, zero_point, quant_dtype, quant_min, quant_max,
@@ -83,15 +84,23 @@ def _fake(input, block_size, scale, zero_point, quant_dtype, quant_min, quant_ma
 def _fake_quantize_affine(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero_point: npt.ArrayLike | None,
                           quant_dtype, quant_min: int | None = None, quant_max: int | None = None,
                           zero_point_domain=ZeroPointDomain.INT) -> np.ndarray:
-    """torchao's fake quantization: quantize, then dequantize to the input's dtype, without the integer cast.
+    """Fake-quantize as torchao: quantize, then dequantize to the input's dtype, without the integer cast.
 
     Parameters
     ----------
     input : numpy.ndarray
         float32, float16 or bfloat16.
-    block_size, scale, zero_point, quant_dtype, quant_min, quant_max
-        As in :func:`~nbquant.compat.torchao.quantize_affine` (``zero_point`` None with
-        ``ZeroPointDomain.NONE``; float zero points with ``ZeroPointDomain.FLOAT``).
+    block_size : tuple of int
+        As in :func:`~nbquant.compat.torchao.quantize_affine`.
+    scale : numpy.ndarray
+        As in :func:`~nbquant.compat.torchao.quantize_affine`.
+    zero_point : numpy.ndarray or None
+        As in :func:`~nbquant.compat.torchao.quantize_affine`; None with ``ZeroPointDomain.NONE``,
+        float zero points with ``ZeroPointDomain.FLOAT``.
+    quant_dtype : str or dtype
+        As ``output_dtype`` of :func:`~nbquant.compat.torchao.quantize_affine`.
+    quant_min, quant_max : int, optional
+        As in :func:`~nbquant.compat.torchao.quantize_affine`.
     zero_point_domain : ZeroPointDomain
         ``INT`` (default), ``FLOAT`` (tinygemm) or ``NONE``; the member or its name.
 
@@ -114,9 +123,34 @@ def _fake_quantize_affine_cachemask(input: npt.ArrayLike, block_size, scale: npt
                                     zero_point: npt.ArrayLike | None, quant_dtype, quant_min: int | None = None,
                                     quant_max: int | None = None,
                                     zero_point_domain=ZeroPointDomain.INT) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_fake_quantize_affine` and torchao's mask ``(q >= quant_min) & (q <= quant_max)``.
+    """Fake-quantize as :func:`_fake_quantize_affine`, and return torchao's mask of the codes in range.
 
-    The codes are clamped, so the mask is False exactly where the input is NaN.
+    The mask is ``(q >= quant_min) & (q <= quant_max)``; the codes are clamped, so it is
+    False exactly where the input is NaN.
+
+    Parameters
+    ----------
+    input : numpy.ndarray
+        As in :func:`_fake_quantize_affine`.
+    block_size : tuple of int
+        As in :func:`_fake_quantize_affine`.
+    scale : numpy.ndarray
+        As in :func:`_fake_quantize_affine`.
+    zero_point : numpy.ndarray or None
+        As in :func:`_fake_quantize_affine`.
+    quant_dtype : str or dtype
+        As in :func:`_fake_quantize_affine`.
+    quant_min, quant_max : int, optional
+        As in :func:`_fake_quantize_affine`.
+    zero_point_domain : ZeroPointDomain
+        As in :func:`_fake_quantize_affine`.
+
+    Returns
+    -------
+    dq : numpy.ndarray
+        The fake-quantized values, as :func:`_fake_quantize_affine` returns them.
+    mask : numpy.ndarray
+        bool, the input's shape.
 
     Examples
     --------
@@ -132,23 +166,35 @@ def choose_qparams_affine_with_min_max(min_val: npt.ArrayLike, max_val: npt.Arra
                                        target_dtype, quant_min: int | None = None, quant_max: int | None = None,
                                        eps: float | None = None, scale_dtype=None,
                                        zero_point_dtype=None) -> tuple[np.ndarray, np.ndarray]:
-    """Scales and zero points from given minima and maxima (one per block), as ``choose_qparams_affine`` computes them.
+    """Choose scales and zero points from given minima and maxima (one per block), as torchao computes them.
+
+    The numbers are those of ``choose_qparams_affine`` on the blocks' minima and maxima.
 
     Parameters
     ----------
     min_val, max_val : numpy.ndarray
         float32, the same shape: one value per block (an observer's running min/max).
-    mapping_type, target_dtype, quant_min, quant_max, eps, scale_dtype
+    mapping_type : str or MappingType
+        As in :func:`~nbquant.compat.torchao.choose_qparams_affine`.
+    block_size : tuple of int
+        Unused by torchao beyond its signature; any tuple.
+    target_dtype : str or dtype
+        As in :func:`~nbquant.compat.torchao.choose_qparams_affine`.
+    quant_min, quant_max : int, optional
+        As in :func:`~nbquant.compat.torchao.choose_qparams_affine`.
+    eps : float, optional
+        As in :func:`~nbquant.compat.torchao.choose_qparams_affine`.
+    scale_dtype : str or dtype, optional
         As in :func:`~nbquant.compat.torchao.choose_qparams_affine`.
     zero_point_dtype : str or dtype, optional
         Default: int32 for ASYMMETRIC, float32 (torchao's ``full_like(scale)``) otherwise.
-    block_size
-        Unused by torchao beyond its signature; any tuple.
 
     Returns
     -------
-    scale, zero_point : numpy.ndarray
-        ``min_val``'s shape.
+    scale : numpy.ndarray
+        float32, ``min_val``'s shape.
+    zero_point : numpy.ndarray
+        ``zero_point_dtype``, ``min_val``'s shape.
 
     Examples
     --------
@@ -183,7 +229,18 @@ def _refuse(name: str, instead: str):
                                   "(docs/compat/torchao.md, 'Refused')")
 
     refused.__name__ = refused.__qualname__ = name
-    refused.__doc__ = f"Refused: raises ``NotImplementedError``; {instead}."
+    refused.__doc__ = f"""Refuse the call: raise ``NotImplementedError``; {instead}.
+
+    Parameters
+    ----------
+    *args, **kwargs
+        torchao's arguments, not read.
+
+    Raises
+    ------
+    NotImplementedError
+        Always, saying what to use instead.
+    """
     return refused
 
 

@@ -1,0 +1,73 @@
+"""The documentation pages: their examples run, and the API reference lists every public name.
+
+The examples of docs/compat/*.md are tests/test_compat_docs.py's; this module runs those of the other pages, as
+``sphinx-build -b doctest`` does in CI (one namespace per page). Neither needs Sphinx; the build itself is
+tests/test_docs_site.py (full tier).
+"""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import nbquant
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+PAGES = sorted(p for p in DOCS.rglob("*.md") if p.parent.name != "compat" and "_build" not in p.parts)
+COMPAT_MODULES = ("tripy", "tensorrt", "pypto", "torchao", "modelopt", "onnx")
+
+
+def page_examples(page: Path) -> doctest.DocTest:
+    """The ``>>>`` examples of a page as one doctest (the fence lines dropped, as they end no example)."""
+    text = "\n".join("" if line.startswith("```") else line for line in page.read_text(encoding="utf-8").splitlines())
+    return doctest.DocTestParser().get_doctest(text, {}, page.name, str(page), 0)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(DOCS).as_posix())
+def test_page_examples(page):
+    test = page_examples(page)
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)
+    runner.run(test)
+    assert runner.failures == 0, f"{runner.failures} example(s) of {page.name} failed"
+
+
+def test_the_tour_has_examples():
+    assert len(page_examples(DOCS / "getting_started.md").examples) >= 15
+
+
+def _listed(page: Path) -> list[str]:
+    """The names in a reference page's autosummary tables."""
+    text = page.read_text(encoding="utf-8")
+    names = []
+    for block in re.findall(r"\.\. autosummary::\n(.*?)```", text, re.S):
+        names += [line.strip() for line in block.splitlines() if line.strip() and not line.strip().startswith(":")]
+    return names
+
+
+def test_reference_lists_every_public_name():
+    listed = set(_listed(DOCS / "reference" / "index.md"))
+    public = {name for name in nbquant.__all__ if not name.startswith("__")}
+    assert listed == public, f"missing: {sorted(public - listed)}, not public: {sorted(listed - public)}"
+
+
+def test_compat_reference_lists_every_name_of_each_module():
+    text = (DOCS / "reference" / "compat.md").read_text(encoding="utf-8")
+    sections = dict(re.findall(r"## `nbquant\.compat\.(\w+)`\n(.*?)(?=\n## |\Z)", text, re.S))
+    assert sorted(sections) == sorted(COMPAT_MODULES)
+    for name, section in sections.items():
+        module = importlib.import_module(f"nbquant.compat.{name}")
+        listed = [n for block in re.findall(r"\.\. autosummary::\n(.*?)```", section, re.S)
+                  for n in (line.strip() for line in block.splitlines()) if n and not n.startswith(":")]
+        assert sorted(listed) == sorted(module.__all__), name
+
+
+def test_numpy_inventory_is_up_to_date():
+    script = DOCS / "_scripts" / "numpy_inventory.py"
+    assert subprocess.run([sys.executable, str(script), "--check"]).returncode == 0, (
+        f"docs/_data/numpy-objects.inv differs from {script.name}'s entries; run python {script}")
