@@ -20,7 +20,8 @@ import nbquant
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PAGES = sorted(p for p in DOCS.rglob("*.md") if p.parent.name != "compat" and "_build" not in p.parts)
-COMPAT_MODULES = ("tripy", "tensorrt", "pypto", "torchao", "modelopt", "onnx")
+COMPAT_MODULES = ("tripy", "tensorrt", "pypto", "torchao", "modelopt", "modelopt_qtensor", "modelopt_quantizer",
+                  "onnx")
 
 
 def page_examples(page: Path) -> doctest.DocTest:

@@ -134,6 +134,15 @@ def scale_array(scales, name: str = "scales") -> np.ndarray:
 class BaseQuantizedTensor:
     """Quantized data with the original shape and dtype (modelopt ``BaseQuantizedTensor``).
 
+    Parameters
+    ----------
+    original_shape : tuple of int
+        The shape of the tensor that was quantized.
+    original_dtype : dtype
+        Its dtype (the default of :meth:`dequantize`).
+    quantized_data : numpy.ndarray
+        The stored codes.
+
     Attributes
     ----------
     metadata : dict

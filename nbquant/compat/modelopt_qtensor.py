@@ -58,6 +58,15 @@ __all__ = ["BaseQuantizedTensor", "INT8QTensor", "INT4QTensor", "FP8QTensor", "N
 class INT8QTensor(BaseQuantizedTensor):
     """INT8 codes per tensor, per kept ``axis`` or per block (modelopt ``INT8QTensor``).
 
+    Parameters
+    ----------
+    original_shape : tuple of int
+        The shape of the tensor that was quantized.
+    original_dtype : dtype
+        Its dtype (the default of :meth:`dequantize`).
+    quantized_data : numpy.ndarray
+        The stored codes.
+
     Examples
     --------
     >>> import numpy as np
@@ -109,18 +118,29 @@ class INT8QTensor(BaseQuantizedTensor):
         Parameters
         ----------
         dtype : str or dtype, optional
+            ``"float32"``, ``"float16"`` or ``"bfloat16"``; default the original dtype.
         **kwarg
             ``scale`` (required) and ``block_sizes``.
 
         Returns
         -------
         numpy.ndarray
+            The dequantized tensor, of the original shape.
         """
         return dequantize_product(self, dtype, kwarg)
 
 
 class INT4QTensor(BaseQuantizedTensor):
     """Blockwise INT4 (AWQ) codes over the flattened input, offset by 8, two per byte (modelopt ``INT4QTensor``).
+
+    Parameters
+    ----------
+    original_shape : tuple of int
+        The shape of the tensor that was quantized.
+    original_dtype : dtype
+        Its dtype (the default of :meth:`dequantize`).
+    quantized_data : numpy.ndarray
+        The stored codes.
 
     Examples
     --------
@@ -169,12 +189,14 @@ class INT4QTensor(BaseQuantizedTensor):
         Parameters
         ----------
         dtype : str or dtype, optional
+            ``"float32"``, ``"float16"`` or ``"bfloat16"``; default the original dtype.
         **kwarg
             ``scale`` and ``block_sizes`` (``{-1: block_size}``), both required.
 
         Returns
         -------
         numpy.ndarray
+            The dequantized tensor, of the original shape.
         """
         out = out_dtype(dtype, self.metadata["dtype"])
         s = scale_array(kwarg["scale"]).reshape(-1, 1)
@@ -190,6 +212,15 @@ class INT4QTensor(BaseQuantizedTensor):
 
 class FP8QTensor(BaseQuantizedTensor):
     """E4M3 codes per tensor, per kept ``axis`` or per block (modelopt ``FP8QTensor``).
+
+    Parameters
+    ----------
+    original_shape : tuple of int
+        The shape of the tensor that was quantized.
+    original_dtype : dtype
+        Its dtype (the default of :meth:`dequantize`).
+    quantized_data : numpy.ndarray
+        The stored codes.
 
     Examples
     --------
@@ -212,7 +243,9 @@ class FP8QTensor(BaseQuantizedTensor):
             Default ``amax / 448`` in the input's dtype: per tensor, per kept ``axis``, or per block
             of the zero-padded input. Block scales of the right size in another shape are reshaped.
         axis : int or tuple of int, optional
+            The kept dims of a per-channel amax.
         block_sizes : dict, optional
+            ``{dim: block size}``; the input is zero-padded to whole blocks and the codes cropped back.
 
         Returns
         -------
@@ -238,12 +271,14 @@ class FP8QTensor(BaseQuantizedTensor):
         Parameters
         ----------
         dtype : str or dtype, optional
+            ``"float32"``, ``"float16"`` or ``"bfloat16"``; default the original dtype.
         **kwarg
             ``scale`` (required) and ``block_sizes``.
 
         Returns
         -------
         numpy.ndarray
+            The dequantized tensor, of the original shape.
         """
         return dequantize_product(self, dtype, kwarg)
 

@@ -43,6 +43,15 @@ _NVFP4_TABLE = np.concatenate([_E2M1_VALUES, np.float32(0), -_E2M1_VALUES[1:]], 
 class NF4QTensor(BaseQuantizedTensor):
     """NF4 codes with amax block scales, packed first element high (modelopt ``NF4QTensor``).
 
+    Parameters
+    ----------
+    original_shape : tuple of int
+        The shape of the tensor that was quantized.
+    original_dtype : dtype
+        Its dtype (the default of :meth:`dequantize`).
+    quantized_data : numpy.ndarray
+        The stored codes.
+
     Examples
     --------
     >>> import numpy as np
@@ -119,6 +128,7 @@ class NF4QTensor(BaseQuantizedTensor):
         Parameters
         ----------
         dtype : str or dtype, optional
+            ``"float32"``, ``"float16"`` or ``"bfloat16"``; default the original dtype.
         **kwarg
             ``scale`` (the int8 codes of :meth:`double_quantization`), ``block_sizes``
             (``{-1: block_size}``), ``double_scale`` and ``scale_zeros`` (the mean), all required.
@@ -126,6 +136,7 @@ class NF4QTensor(BaseQuantizedTensor):
         Returns
         -------
         numpy.ndarray
+            The dequantized tensor, of the original shape.
         """
         out = out_dtype(dtype, self.metadata["dtype"])
         b = check_int("block_sizes[-1]", kwarg["block_sizes"][-1], low=2)
@@ -146,6 +157,15 @@ class NF4QTensor(BaseQuantizedTensor):
 class NVFP4QTensor(BaseQuantizedTensor):
     """NVFP4: e2m1 codes (first element low), E4M3 block scales, a float32 per-tensor scale (``NVFP4QTensor``).
 
+    Parameters
+    ----------
+    original_shape : tuple of int
+        The shape of the tensor that was quantized.
+    original_dtype : dtype
+        Its dtype (the default of :meth:`dequantize`).
+    quantized_data : numpy.ndarray
+        The stored codes.
+
     Examples
     --------
     >>> import numpy as np
@@ -156,7 +176,18 @@ class NVFP4QTensor(BaseQuantizedTensor):
 
     @classmethod
     def get_weights_scaling_factor_2(cls, input: npt.ArrayLike) -> np.float32:
-        """The per-tensor scale ``float32(amax) / 2688``."""
+        """Return the per-tensor scale ``float32(amax) / 2688``.
+
+        Parameters
+        ----------
+        input : numpy.ndarray
+            float32, float16 or bfloat16.
+
+        Returns
+        -------
+        numpy.float32
+            ``amax / (6 * 448)``.
+        """
         x = input_array(input)
         return np.float32(axis_amax(x, None).astype(F32) / np.float32(2688))
 
@@ -224,12 +255,14 @@ class NVFP4QTensor(BaseQuantizedTensor):
         Parameters
         ----------
         dtype : str or dtype, optional
+            ``"float32"``, ``"float16"`` or ``"bfloat16"``; default the original dtype.
         **kwarg
             ``scale`` (float8_e4m3fn or float), ``double_scale`` and ``block_sizes`` (``{-1: 16}``).
 
         Returns
         -------
         numpy.ndarray
+            The dequantized tensor, of the original shape.
         """
         out = out_dtype(dtype, self.metadata["dtype"])
         b = check_int("block_sizes[-1]", kwarg["block_sizes"][-1], low=1)
@@ -242,6 +275,15 @@ class NVFP4QTensor(BaseQuantizedTensor):
 
 class MXFP4QTensor(BaseQuantizedTensor):
     """MXFP4 with modelopt's encoding: E8M0 ``ceil(log2(amax / 6))`` scales, ties toward zero (``MXFP4QTensor``).
+
+    Parameters
+    ----------
+    original_shape : tuple of int
+        The shape of the tensor that was quantized.
+    original_dtype : dtype
+        Its dtype (the default of :meth:`dequantize`).
+    quantized_data : numpy.ndarray
+        The stored codes.
 
     Examples
     --------
@@ -292,12 +334,14 @@ class MXFP4QTensor(BaseQuantizedTensor):
         Parameters
         ----------
         dtype : str or dtype, optional
+            ``"float32"``, ``"float16"`` or ``"bfloat16"``; default the original dtype.
         **kwarg
             ``scale`` (the uint8 E8M0 codes) and ``block_sizes`` (``{-1: block_size}``).
 
         Returns
         -------
         numpy.ndarray
+            The dequantized tensor, of the original shape.
         """
         out = out_dtype(dtype, self.metadata["dtype"])
         b = check_int("block_sizes[-1]", kwarg["block_sizes"][-1], low=1)

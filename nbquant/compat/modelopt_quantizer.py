@@ -65,7 +65,7 @@ def _fields(cfg) -> dict:
             "block_sizes": _descriptors._check_block_sizes(fields["block_sizes"], axis)}
 
 class TensorQuantizer:
-    """modelopt's ``TensorQuantizer`` (``modelopt.torch.quantization.nn``) for NumPy arrays.
+    """The ``TensorQuantizer`` of modelopt (``modelopt.torch.quantization.nn``) for NumPy arrays.
 
     Parameters
     ----------
@@ -199,7 +199,17 @@ class TensorQuantizer:
         self._if_calib = False
 
     def load_calib_amax(self, *args, strict: bool = True, **kwargs) -> None:
-        """``amax = calibrator.compute_amax(*args, **kwargs)``; NaN with ``strict=False`` if nothing was seen."""
+        """Set ``amax = calibrator.compute_amax(*args, **kwargs)``; NaN with ``strict=False`` if nothing was seen.
+
+        Parameters
+        ----------
+        *args
+            Passed to the calibrator's ``compute_amax`` (the histogram method name, for example).
+        strict : bool
+            Raise ``RuntimeError`` when the calibrator has seen no tensor (default); else set NaN.
+        **kwargs
+            Passed to ``compute_amax``.
+        """
         if self._dynamic:
             raise ValueError("a dynamic quantizer does not need calibration (type='dynamic')")
         amax = self._calibrator.compute_amax(*args, **kwargs)
@@ -244,10 +254,12 @@ class TensorQuantizer:
         Parameters
         ----------
         qtensor : modelopt_qtensor.BaseQuantizedTensor
+            What this quantizer's real quantization returned.
 
         Returns
         -------
         numpy.ndarray
+            The dequantized tensor.
         """
         if not self._buffers:
             raise ValueError("this quantizer holds no scales: real-quantize a tensor with it first")

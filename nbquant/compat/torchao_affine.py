@@ -368,6 +368,11 @@ def _quantize_affine_no_zero_point(input: npt.ArrayLike, block_size, scale: npt.
                                    quant_max: int | None = None) -> np.ndarray:
     """Quantize in ZeroPointDomain.NONE: ``clamp(rne(input * (1.0 / scale)), quant_min, quant_max)``.
 
+    A float8 ``output_dtype`` (``float8_e4m3fn``, ``float8_e5m2``) gets torchao's float
+    path: the product is rounded to an integer, clamped to ``±finfo.max`` (or the bounds
+    given) and then cast to the float8 format (RNE), so ``17`` becomes ``16`` in E4M3;
+    NaN stays NaN.
+
     Parameters
     ----------
     input : numpy.ndarray
@@ -379,19 +384,14 @@ def _quantize_affine_no_zero_point(input: npt.ArrayLike, block_size, scale: npt.
     zero_point : object
         Ignored (torchao's signature).
     output_dtype : str or dtype
-        As in :func:`quantize_affine`.
+        As in :func:`quantize_affine`, or ``float8_e4m3fn`` / ``float8_e5m2``.
     quant_min, quant_max : int, optional
-        As in :func:`quantize_affine`.
+        As in :func:`quantize_affine` (default ``±finfo.max`` for float8).
 
     Returns
     -------
     numpy.ndarray
         The codes, as :func:`quantize_affine` returns them.
-
-    A float8 ``output_dtype`` (``float8_e4m3fn``, ``float8_e5m2``) gets torchao's float
-    path: the product is rounded to an integer, clamped to ``±finfo.max`` (or the bounds
-    given) and then cast to the float8 format (RNE), so ``17`` becomes ``16`` in E4M3;
-    NaN stays NaN.
 
     Examples
     --------

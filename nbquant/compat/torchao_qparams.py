@@ -76,7 +76,7 @@ def _choose_qparams_affine_tinygemm(input: npt.ArrayLike, mapping_type, block_si
                                     quant_min: int | None = None, quant_max: int | None = None,
                                     eps: float | None = None, scale_dtype=None,
                                     zero_point_dtype=None) -> tuple[np.ndarray, np.ndarray]:
-    """tinygemm's qparams: the asymmetric scale and a float zero point ``min + scale * mid``.
+    """Choose tinygemm's qparams: the asymmetric scale and a float zero point ``min + scale * mid``.
 
     Parameters
     ----------
@@ -85,8 +85,11 @@ def _choose_qparams_affine_tinygemm(input: npt.ArrayLike, mapping_type, block_si
     mapping_type : str or MappingType
         ``"ASYMMETRIC"`` only, as in torchao.
     block_size : tuple of int
+        The block of one (scale, zero point) pair, one entry per dimension.
     target_dtype : str or dtype
+        The code format (``"uint4"``, ``"uint8"``, ``"int8"``, ...).
     quant_min, quant_max : int, optional
+        Code bounds (default: the format's).
     eps : float, optional
         Scale floor (default: the input dtype's smallest normal).
     scale_dtype, zero_point_dtype : str or dtype, optional
@@ -94,7 +97,10 @@ def _choose_qparams_affine_tinygemm(input: npt.ArrayLike, mapping_type, block_si
 
     Returns
     -------
-    scale, zero_point : numpy.ndarray
+    scale : numpy.ndarray
+        One per block, shaped as torchao's ``keepdim=False`` reduction.
+    zero_point : numpy.ndarray
+        One per block, the same shape.
 
     Examples
     --------
@@ -125,9 +131,13 @@ def _choose_qparams_affine_dont_preserve_zero(input: npt.ArrayLike, mapping_type
     mapping_type : str or MappingType
         ``"ASYMMETRIC"`` only.
     block_size : tuple of int
+        The block of one (scale, zero point) pair, one entry per dimension.
     target_dtype : str or dtype
+        The code format (``"uint4"``, ``"uint8"``, ``"int8"``, ...).
     quant_min, quant_max : int, optional
+        Code bounds (default: the format's).
     eps : float, optional
+        Scale floor (default: the input dtype's smallest normal).
     scale_dtype : str or dtype, optional
         Default: the input's dtype.
     zero_point_dtype : str or dtype
@@ -135,7 +145,10 @@ def _choose_qparams_affine_dont_preserve_zero(input: npt.ArrayLike, mapping_type
 
     Returns
     -------
-    scale, zero_point : numpy.ndarray
+    scale : numpy.ndarray
+        One per block, shaped as torchao's ``keepdim=False`` reduction.
+    zero_point : numpy.ndarray
+        One per block, the same shape.
 
     Examples
     --------
@@ -188,6 +201,7 @@ def _choose_qparams_affine_floatx(tensor: npt.ArrayLike, ebits: int, mbits: int)
     Returns
     -------
     numpy.ndarray
+        One scale per row, in the tensor's dtype.
 
     Examples
     --------
@@ -213,6 +227,7 @@ def _quantize_affine_floatx(tensor: npt.ArrayLike, scale: npt.ArrayLike, ebits: 
     scale : numpy.ndarray
         One positive finite value per row.
     ebits, mbits : int
+        Exponent and mantissa bits: ``(3, 2)``, ``(2, 3)`` or ``(2, 1)``.
 
     Returns
     -------
@@ -242,12 +257,16 @@ def _dequantize_affine_floatx(tensor: npt.ArrayLike, scale: npt.ArrayLike, ebits
     tensor : numpy.ndarray
         2-d uint8 codes of :func:`_quantize_affine_floatx`.
     scale : numpy.ndarray
+        One scale per row.
     ebits, mbits : int
+        Exponent and mantissa bits: ``(3, 2)``, ``(2, 3)`` or ``(2, 1)``.
     output_dtype : str or dtype
+        ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``.
 
     Returns
     -------
     numpy.ndarray
+        The dequantized tensor.
 
     Examples
     --------
