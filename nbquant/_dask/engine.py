@@ -60,7 +60,7 @@ def _concatenate_codes(arrays, axis=0):
 class Output:
     """One array a chunk call returns.
 
-    ``kind`` is ``"data"`` (the chunk's shape, the last axis packed ``pack = (codes, bytes)``)
+    ``kind`` is ``"data"`` (the chunk's shape, its packed axis holding ``pack = (codes, bytes)``)
     or ``"grid"`` (the chunk's block grid, full rank); ``format`` tags packed codes, whose dask
     meta is then a :class:`~nbquant.PackedCodes` (``dequantize`` reads the format off it).
     """
@@ -118,8 +118,14 @@ def aligned_chunks(chunks: tuple[int, ...], n: int, align: int) -> tuple[int, ..
     return tuple(e1 - e0 for e0, e1 in zip(edges, edges[1:], strict=False))
 
 
-def _element_shape(shape: tuple[int, ...], pack: tuple[int, int]) -> tuple[int, ...]:
-    return shape[:-1] + (shape[-1] // pack[1] * pack[0],) if shape else shape
+def _resized(chunks: tuple, axis: int, num: int, den: int) -> tuple:
+    """``chunks`` (a tuple per dimension) with each size along ``axis`` scaled by ``num / den`` (packing, unpacking)."""
+    return chunks[:axis] + (tuple(c // den * num for c in chunks[axis]),) + chunks[axis + 1:]
+
+
+def _shape(shape: tuple[int, ...], axis: int, num: int, den: int) -> tuple[int, ...]:
+    """``shape`` with its size along ``axis`` scaled by ``num / den``."""
+    return tuple(cs[0] for cs in _resized(tuple((n,) for n in shape), axis, num, den))
 
 
 def chunk_arguments(layout: BlockLayout, shape: tuple[int, ...]) -> dict:
@@ -156,10 +162,11 @@ class _ChunkCall:
     names: tuple[str, ...]
     absent: tuple[str, ...]
     pack: tuple[int, int]
+    pack_axis: int
     kinds: tuple[str, ...]
 
     def __call__(self, x, *params, **kwargs):
-        shape = _element_shape(x.shape, self.pack)
+        shape = _shape(x.shape, self.pack_axis, *self.pack)
         arguments = chunk_arguments(self.layout, shape) if self.layout is not None else {}
         named = dict(zip(self.names, params, strict=True)) | dict.fromkeys(self.absent)
         with thread_limit(task_threads()):
@@ -170,6 +177,25 @@ class _ChunkCall:
             results = tuple(np.asarray(r).reshape(grid) if kind == "grid" else r
                             for r, kind in zip(results, self.kinds, strict=True))
         return results if len(self.kinds) > 1 else results[0]
+
+
+@dataclass(frozen=True)
+class _LocatedChunkCall(_ChunkCall):
+    """A :class:`_ChunkCall` that passes dask's ``block_info`` (where the chunk lies) on to ``fn``."""
+
+    def __call__(self, x, *params, block_info=None, **kwargs):
+        return super().__call__(x, *params, block_info=block_info, **kwargs)
+
+
+@dataclass(frozen=True)
+class _GridCall:
+    """``fn(*blocks, **kwargs)``, nbquant's threads capped."""
+
+    fn: Callable
+
+    def __call__(self, *blocks, **kwargs):
+        with thread_limit(task_threads()):
+            return self.fn(*blocks, **kwargs)
 
 
 def _outputs(call, args: list, chunks: list, outputs: list[Output], ndim: int, token: str, **kwargs) -> list[da.Array]:
@@ -183,13 +209,13 @@ def _outputs(call, args: list, chunks: list, outputs: list[Output], ndim: int, t
                           token=f"{token}-{i}") for i, (c, out) in enumerate(zip(chunks, outputs, strict=True))]
 
 
-def _rechunked(x: da.Array, layout: BlockLayout, pack: tuple[int, int], outputs: list[Output]) -> da.Array:
+def _rechunked(x: da.Array, layout: BlockLayout, pack: tuple[int, int], axis: int, outputs: list[Output]) -> da.Array:
     """``x`` rechunked so that every chunk holds whole blocks and whole packed bytes (of ``x`` and the outputs)."""
     if x.size == 0:
         return x.rechunk(-1)
     align = [1 if g == 1 else b for g, b in zip(layout.grid, layout.block, strict=True)]
     codes = math.lcm(pack[0], *(o.pack[0] for o in outputs if o.kind == "data"))
-    align[-1] = math.lcm(align[-1], codes) // pack[0] * pack[1]
+    align[axis] = math.lcm(align[axis], codes) // pack[0] * pack[1]
     chunks = tuple(aligned_chunks(c, n, a) for c, n, a in zip(x.chunks, x.shape, align, strict=True))
     return x if chunks == x.chunks else x.rechunk(chunks)
 
@@ -207,8 +233,8 @@ def _as_grid(name: str, value, layout: BlockLayout, chunks) -> da.Array:
 
 
 def map_layout(fn: Callable, x, layout: BlockLayout, outputs: list[Output], *, params: Mapping | None = None,
-               pack: tuple[int, int] = NO_PACK, arguments: bool = True, token: str = "nbquant",
-               **kwargs) -> list[da.Array]:
+               pack: tuple[int, int] = NO_PACK, pack_axis: int = -1, arguments: bool = True,
+               block_info: bool = False, token: str = "nbquant", **kwargs) -> list[da.Array]:
     """Run ``fn`` on each chunk of ``x`` (blocked by ``layout``) after aligning the chunks to the blocks.
 
     Parameters
@@ -219,15 +245,20 @@ def map_layout(fn: Callable, x, layout: BlockLayout, outputs: list[Output], *, p
     x : dask.array.Array or array_like
         The input; a NumPy array becomes one chunk.
     layout : BlockLayout
-        The blocking of ``x``'s element shape (``x``'s last axis holds ``pack`` elements per bytes).
+        The blocking of ``x``'s element shape (``x``'s ``pack_axis`` holds ``pack`` elements per bytes).
     outputs : list of Output
         What ``fn`` returns per chunk: data (the chunk's shape) or its block grid.
     params : mapping, optional
         Block-grid parameters by keyword (NumPy or dask; None passes None); each chunk gets its slice.
     pack : (int, int)
-        ``(codes, bytes)`` of ``x``'s last axis when it holds packed codes.
+        ``(codes, bytes)`` of ``x``'s ``pack_axis`` when it holds packed codes; the packing of
+        the outputs (:class:`Output`) is along the same axis.
+    pack_axis : int
+        The packed axis (the last by default; the blocked axis of MX and NVFP4).
     arguments : bool
         Pass the chunk's ``axis``/``block_size`` (:func:`chunk_arguments`) to ``fn``.
+    block_info : bool
+        Pass dask's ``block_info`` (the chunk's location) to ``fn``.
     token : str
         The prefix of the graph keys.
     **kwargs
@@ -254,28 +285,32 @@ def map_layout(fn: Callable, x, layout: BlockLayout, outputs: list[Output], *, p
     scalar = x.ndim == 0
     if scalar:
         x = x.reshape(1)
-    x = _rechunked(x, layout, pack, outputs)
-    echunks = x.chunks[:-1] + (tuple(c // pack[1] * pack[0] for c in x.chunks[-1]),)
+    axis = pack_axis % x.ndim
+    x = _rechunked(x, layout, pack, axis, outputs)
+    echunks = _resized(x.chunks, axis, *pack)
     params = dict(params or {})
     names = tuple(k for k, v in params.items() if v is not None)
     args = [x, *(_as_grid(k, params[k], layout, _grid_chunks(layout, echunks, False)) for k in names)]
-    call = _ChunkCall(fn, layout if arguments else None, names, tuple(k for k in params if k not in names), pack,
-                      tuple(o.kind for o in outputs))
-    chunks = [echunks[:-1] + (tuple(c // o.pack[0] * o.pack[1] for c in echunks[-1]),) if o.kind == "data"
-              else _grid_chunks(layout, echunks, True) for o in outputs]
+    absent = tuple(k for k in params if k not in names)
+    call = (_LocatedChunkCall if block_info else _ChunkCall)(fn, layout if arguments else None, names, absent, pack,
+                                                             axis, tuple(o.kind for o in outputs))
+    chunks = [_resized(echunks, axis, *o.pack[::-1]) if o.kind == "data" else _grid_chunks(layout, echunks, True)
+              for o in outputs]
     results = _outputs(call, args, chunks, outputs, x.ndim, token, **kwargs)
     return [r.reshape(()) if scalar and o.kind == "data" else r for r, o in zip(results, outputs, strict=True)]
 
 
 def map_grids(fn: Callable, grids: list[da.Array], outputs: list[Output], *, token: str, **kwargs) -> list[da.Array]:
-    """``fn(*blocks, **kwargs)`` on matching blocks of equally chunked ``grids``; ``outputs`` are chunked as they are."""
-    call = _ChunkCall(fn, None, (), (), NO_PACK, tuple(o.kind for o in outputs))
+    """``fn(*blocks, **kwargs)`` on matching blocks of equally chunked ``grids``; the outputs are chunked alike."""
+    call = _GridCall(fn)
     chunks = [grids[0].chunks] * len(outputs)
     return _outputs(call, grids, chunks, outputs, grids[0].ndim, token, **kwargs)
 
 
 def split_dims(x: da.Array, layout: BlockLayout) -> tuple[int, ...]:
     """The dimensions cut into one block (grid 1) that ``x`` nevertheless splits into several chunks."""
+    if x.ndim == 0 or x.size == 0:  # map_layout runs these as one chunk
+        return ()
     return tuple(d for d, (cs, g) in enumerate(zip(x.chunks, layout.grid, strict=True)) if g == 1 and len(cs) > 1)
 
 
