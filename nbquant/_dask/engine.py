@@ -42,7 +42,7 @@ from ..validation import check_float_input
 from . import is_dask_array
 
 __all__ = ["Output", "as_dask", "task_threads", "aligned_chunks", "chunk_arguments", "map_layout", "map_grids",
-           "block_keys", "qparams_from_keys", "chunk_amax", "split_dims"]
+           "block_keys", "qparams_from_keys", "chunk_sum", "chunk_amax", "split_dims"]
 
 #: The packing of an array that holds one code (or value) per element.
 NO_PACK = (1, 1)
@@ -346,6 +346,25 @@ def qparams_from_keys(lo: np.ndarray, hi: np.ndarray, *, choose: Callable, use_m
     lo_values = key_floats(lo) if use_minmax else np.zeros_like(hi_values)
     scale, zero_point = choose(np.stack([lo_values.reshape(-1), hi_values.reshape(-1)], axis=1), block_size=(1, 2))
     return scale.reshape(lo.shape), zero_point.reshape(lo.shape)
+
+
+def chunk_sum(fn: Callable, x, length: int, dtype: np.dtype, *, token: str, **kwargs) -> da.Array:
+    """``fn(chunk, **kwargs)`` (a 1-D array of ``length``, histogram counts) summed over the chunks: a dask tree."""
+    x = as_dask(x)
+    chunks = tuple((1,) * len(c) for c in x.chunks) + ((length,),)
+    parts = da.map_blocks(_Summand(fn), x, new_axis=x.ndim, chunks=chunks, dtype=dtype, token=token, **kwargs)
+    return parts.sum(axis=tuple(range(x.ndim)), dtype=dtype)
+
+
+@dataclass(frozen=True)
+class _Summand:
+    """``fn(chunk, **kwargs)``, nbquant's threads capped, as a ``(1, ..., 1, length)`` block of the chunk's rank + 1."""
+
+    fn: Callable
+
+    def __call__(self, x, **kwargs):
+        with thread_limit(task_threads()):
+            return np.asarray(self.fn(x, **kwargs)).reshape((1,) * x.ndim + (-1,))
 
 
 def chunk_amax(x: da.Array, backend: str | None) -> da.Array:
