@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import operator
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -54,6 +55,26 @@ def _concatenate_codes(arrays, axis=0):
     formats = {a.format for a in arrays if isinstance(a, PackedCodes)}
     joined = np.concatenate([np.asarray(a).view(np.ndarray) for a in arrays], axis=axis)
     return PackedCodes(joined, formats.pop()) if len(formats) == 1 else joined
+
+
+def _pickle_packed_codes_on_distributed() -> None:
+    """Make ``dask.distributed`` (when a process uses it) send :class:`~nbquant.PackedCodes` by pickle.
+
+    Its ndarray serializer would take a ``PackedCodes`` for an ndarray and deliver a plain
+    uint8 array, which :func:`nbquant.dequantize` would read as uint8 codes; refusing that
+    serializer for the subclass makes distributed fall back to pickle, which keeps the format.
+    Worker processes import this module with their first nbquant task, before they send its result.
+    """
+    if "distributed" not in sys.modules:
+        return
+    from distributed.protocol import dask_serialize
+
+    @dask_serialize.register(PackedCodes)
+    def _refuse(codes):
+        raise NotImplementedError("PackedCodes travel by pickle, which keeps their format")
+
+
+_pickle_packed_codes_on_distributed()
 
 
 @dataclass(frozen=True)
