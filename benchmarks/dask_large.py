@@ -52,8 +52,13 @@ def _warm_up() -> int:
     return os.getpid()
 
 
-def _quantize(x):
-    return nbquant.quantize_dynamic(x, "int4", block_size=(1, GROUP), packed=True)
+def _quantize(x, per_tensor: bool = False):
+    return nbquant.quantize_dynamic(x, "int4", block_size=None if per_tensor else (1, GROUP), packed=True)
+
+
+def _spilled(dask_worker) -> int:
+    """The bytes a worker has spilled to disk so far (its ``SpillBuffer``'s total)."""
+    return int(getattr(getattr(dask_worker.data, "spilled_total", None), "disk", 0))
 
 
 def _commit() -> str:
@@ -64,8 +69,12 @@ def _commit() -> str:
         return "unknown"
 
 
-def run(rows: int, columns: int, chunk_rows: int, workers: int, memory_limit: str, check: int) -> dict:
-    """Quantize a ``rows x columns`` float32 array on the cluster; the measurements as a dict."""
+def run(rows: int, columns: int, chunk_rows: int, workers: int, memory_limit: str, check: int,
+        per_tensor: bool = False) -> dict:
+    """Quantize a ``rows x columns`` float32 array on the cluster; the measurements as a dict.
+
+    ``per_tensor``: one scale for the whole array instead of one per 32 (two passes).
+    """
     import dask
     import dask.array as da
     from dask.utils import parse_bytes
@@ -78,7 +87,7 @@ def run(rows: int, columns: int, chunk_rows: int, workers: int, memory_limit: st
         pids = client.run(_warm_up)
         baseline = client.run(peak_rss)
         x = da.random.default_rng(18).standard_normal((rows, columns), chunks=(chunk_rows, columns), dtype=np.float32)
-        codes, scale, zero_point = _quantize(x)
+        codes, scale, zero_point = _quantize(x, per_tensor)
         sums = (codes.sum(dtype=np.uint64), scale.sum(dtype=np.float64), zero_point.sum(dtype=np.int64))
         start = time.perf_counter()
         x.sum(dtype=np.float64).compute()
@@ -87,12 +96,19 @@ def run(rows: int, columns: int, chunk_rows: int, workers: int, memory_limit: st
         checksums = dask.compute(*sums)
         seconds = time.perf_counter() - start
         peaks = client.run(peak_rss)
+        spilled = client.run(_spilled)
         restarted = client.run(os.getpid) != pids
         checked = []
         for block in np.linspace(0, x.numblocks[0] - 1, check).astype(int):  # same graph, same chunks: same data
             part = slice(block * chunk_rows, (block + 1) * chunk_rows)
-            expected = _quantize(x[part].compute())
-            got = dask.compute(codes[part], scale[part], zero_point[part])
+            if per_tensor:  # the whole array's qparams, as they were computed
+                s, zp = dask.compute(scale, zero_point)
+                expected = (nbquant.quantize(x[part].compute(), s, "int4", zero_point=zp, scale_op="reciprocal",
+                                             packed=True),)
+                got = dask.compute(codes[part])
+            else:
+                expected = _quantize(x[part].compute())
+                got = dask.compute(codes[part], scale[part], zero_point[part])
             checked.append(all(np.array_equal(np.asarray(g).view(np.uint8), np.asarray(e).view(np.uint8))
                                for g, e in zip(got, expected, strict=True)))
     return {
@@ -108,6 +124,8 @@ def run(rows: int, columns: int, chunk_rows: int, workers: int, memory_limit: st
         "input_gb_per_s": round(x.nbytes / seconds / 1e9, 3),
         "baseline_peak_rss": sorted(baseline.values()),
         "peak_rss": sorted(peaks.values()),
+        "spilled_bytes": sum(spilled.values()),
+        "granularity": "per-tensor" if per_tensor else f"g{GROUP}",
         "restarted": restarted,
         "checked_blocks_equal": checked,
         "checksums": [int(checksums[0]), float(checksums[1]), int(checksums[2])],
@@ -122,16 +140,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--memory-limit", default="400MB", help="per worker (default 400MB)")
     parser.add_argument("--check", type=int, default=3, help="row blocks checked against NumPy (default 3)")
+    parser.add_argument("--per-tensor", action="store_true", help="one scale for the whole array (two passes)")
     args = parser.parse_args(argv)
-    result = run(args.rows, args.columns, args.chunk_rows, args.workers, args.memory_limit, args.check)
+    result = run(args.rows, args.columns, args.chunk_rows, args.workers, args.memory_limit, args.check,
+                 args.per_tensor)
     mib = 2 ** 20
     times = result["input_bytes"] / (result["workers"] * result["memory_limit"])
-    print(f"{result['input_bytes'] / 2**30:.2f} GiB float32 -> int4 g{GROUP} packed on {result['workers']} workers x "
-          f"{result['memory_limit'] / 1e6:.0f} MB ({times:.1f}x their memory): {result['seconds']:.1f} s "
-          f"({result['input_gb_per_s']:.2f} GB/s of input; the input generated alone: "
+    print(f"{result['input_bytes'] / 2**30:.2f} GiB float32 -> int4 {result['granularity']} packed on "
+          f"{result['workers']} workers x {result['memory_limit'] / 1e6:.0f} MB ({times:.1f}x their memory): "
+          f"{result['seconds']:.1f} s ({result['input_gb_per_s']:.2f} GB/s of input; the input generated alone: "
           f"{result['generate_seconds']:.1f} s)")
     print(f"worker peak RSS: {', '.join(f'{p / mib:.0f} MiB' for p in result['peak_rss'])} (after warm-up: "
-          f"{', '.join(f'{p / mib:.0f} MiB' for p in result['baseline_peak_rss'])}); restarted: {result['restarted']}; "
+          f"{', '.join(f'{p / mib:.0f} MiB' for p in result['baseline_peak_rss'])}); spilled to disk: "
+          f"{result['spilled_bytes'] / mib:.0f} MiB; restarted: {result['restarted']}; "
           f"blocks equal to NumPy: {result['checked_blocks_equal']}")
     print(json.dumps(result))
     return 0 if not result["restarted"] and all(result["checked_blocks_equal"]) else 1
