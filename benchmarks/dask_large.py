@@ -57,8 +57,8 @@ def _quantize(x, per_tensor: bool = False):
 
 
 def _spilled(dask_worker) -> int:
-    """The bytes a worker has spilled to disk so far (its ``SpillBuffer``'s total)."""
-    return int(getattr(getattr(dask_worker.data, "spilled_total", None), "disk", 0))
+    """The bytes a worker has written to disk when spilling, so far."""
+    return int(getattr(dask_worker.data, "cumulative_metrics", {}).get(("disk-write", "bytes"), 0))
 
 
 def _commit() -> str:

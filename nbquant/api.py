@@ -101,6 +101,8 @@ def quantize(
         float32, float16, bfloat16 (ml_dtypes) or float64 input, any shape and
         strides (a non-contiguous input is copied once). float64 and the half types
         are converted to float32 first; the arithmetic is float32 (see ``compute_dtype``).
+        A dask array (or a dask ``scale``/``zero_point``) makes the call lazy: the result
+        is a dask array, each chunk quantized by this function (docs/dask.md).
     scale : array_like
         Positive finite scales: one value (per-tensor), one per channel along
         ``axis``, or one per block (see ``block_size``). Converted to float32.
@@ -147,7 +149,8 @@ def quantize(
         its sum with the zero point. ``x`` must not be float64 then, and every scale
         must stay finite and nonzero in that type.
     out : numpy.ndarray, optional
-        Preallocated result of the exact shape and dtype this call returns.
+        Preallocated result of the exact shape and dtype this call returns (not with
+        dask arrays).
     backend : str, optional
         ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
         CUDA device arrays (numba, CuPy, PyTorch: ``__cuda_array_interface__`` or
@@ -283,7 +286,8 @@ def dequantize(
     ----------
     q : array_like
         Codes: int8, uint8, int16, uint16, int32 or ml_dtypes int4/uint4/int2/uint2, or
-        packed uint8 (then ``dtype`` names the sub-byte format).
+        packed uint8 (then ``dtype`` names the sub-byte format). A dask array (or a dask
+        ``scale``/``zero_point``) gives a lazy dask result (docs/dask.md).
     scale, zero_point, axis, block_size
         As in :func:`quantize`, describing the unpacked shape. The zero point may be
         any finite float (pypto) or integer.

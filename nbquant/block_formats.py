@@ -199,7 +199,8 @@ def quantize_mx(
     ----------
     x : array_like
         float32, float16, bfloat16 or float64 input. A CUDA device array stays on its
-        device (blocks along its last axis); the result then holds device arrays.
+        device (blocks along its last axis); the result then holds device arrays. A
+        dask array gives a result of dask arrays (docs/dask.md).
     format : str
         ``"mxfp8_e4m3"``, ``"mxfp8_e5m2"``, ``"mxfp6_e2m3"``, ``"mxfp6_e3m2"``,
         ``"mxfp4"`` or ``"mxint8"``.
@@ -288,7 +289,8 @@ def dequantize_mx(
     Parameters
     ----------
     data, scales : array_like
-        As returned in :class:`BlockQuantized` (scales may be their uint8 bits).
+        As returned in :class:`BlockQuantized` (scales may be their uint8 bits); dask
+        arrays give a lazy dask result.
     format, axis, block_size, packed
         As given to :func:`quantize_mx`.
     out_dtype : dtype
@@ -339,7 +341,8 @@ def quantize_nvfp4(
     x : array_like
         float32, float16, bfloat16 or float64 input, its length along ``axis`` a multiple
         of ``block_size`` (pad it first). A CUDA device array stays on its device
-        (blocks along its last axis); the result then holds device arrays.
+        (blocks along its last axis); the result then holds device arrays. A dask array
+        gives a result of dask arrays (the global amax a dask reduction first).
     global_scale : float, optional
         The per-tensor scale; default ``amax(x) / (6 * 448)`` (1.0 for an all-zero
         input), computed by a reduction pass before the fused pass.
@@ -407,6 +410,7 @@ def dequantize_nvfp4(
     ----------
     data : array_like
         Packed e2m1 codes, uint8 with two per byte along ``axis`` (``BlockQuantized.data``).
+        A dask ``data``, ``scales`` or ``global_scale`` gives a lazy dask result.
     scales : array_like
         E4M3 block scales: ``float8_e4m3fn`` or their uint8 bits.
     global_scale : float or array_like

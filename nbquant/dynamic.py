@@ -114,7 +114,8 @@ def choose_qparams(
     x : array_like
         float32, float16, bfloat16 or float64 input (computed in float32). A CUDA
         device array (numba, ``__cuda_array_interface__``, DLPack) is processed on its
-        device by the ``"cuda"`` backend and the results are numba device arrays.
+        device by the ``"cuda"`` backend and the results are numba device arrays. A dask
+        array gives lazy dask results (two passes where a block spans chunks: docs/dask.md).
     dtype : str or dtype
         Integer format: ``"int8"``, ``"uint8"``, ``"int16"``, ``"uint16"``, ``"int4"``,
         ``"uint4"``, ``"int2"``, ``"uint2"``.

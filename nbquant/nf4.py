@@ -162,7 +162,8 @@ def quantize_nf4(
     ----------
     x : array_like
         float32, float16, bfloat16 or float64; ``x.size`` a multiple of ``block_size``.
-        A CUDA device array stays on its device; the result then holds device arrays.
+        A CUDA device array stays on its device; the result then holds device arrays. A
+        dask array gives a result of dask arrays (docs/dask.md).
     block_size : int
         Elements per scale (even).
     scale_block_size : int, optional

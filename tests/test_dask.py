@@ -138,6 +138,19 @@ def test_numpy_input_with_a_dask_scale_is_lazy():
     np.testing.assert_array_equal(q.compute(), nbquant.quantize(X, np.full(12, 0.05, np.float32), "int8", axis=0))
 
 
+def test_the_two_graph_recipes_of_docs_dask_md():
+    """Scale first, then quantize: quantize_dynamic's and quantize_nvfp4's bits without holding the input."""
+    x = da.from_array(X, chunks=(5, 23))
+    scale, zp = dask.compute(*nbquant.choose_qparams(x, "int8"))
+    check(lambda a: nbquant.quantize(a, scale, "int8", zero_point=zp, scale_op="reciprocal"), X, (5, 23))
+    np.testing.assert_array_equal(nbquant.quantize(x, scale, "int8", zero_point=zp, scale_op="reciprocal").compute(),
+                                  nbquant.quantize_dynamic(X, "int8")[0])
+    g = nbquant.quantize_nvfp4(x).global_scale.compute()
+    two, one = nbquant.quantize_nvfp4(x, global_scale=g), nbquant.quantize_nvfp4(X)
+    assert g == one.global_scale and (two.data.compute() == one.data).all()
+    assert (two.scales.compute().view(np.uint8) == one.scales.view(np.uint8)).all()
+
+
 @pytest.mark.parametrize("x", [np.zeros((0, 32), np.float32), np.float32(1.5)], ids=["empty", "0-d"])
 def test_empty_and_0d_inputs(x):
     check(lambda a: nbquant.quantize_dynamic(a, "int8"), np.asarray(x), -1)
