@@ -178,7 +178,7 @@ def choose_qparams(
     if lazy:
         arguments = {"dtype": dtype, "mapping": mapping, "quant_min": quant_min, "quant_max": quant_max, "eps": eps,
                      "narrow_range": narrow_range, "scale_op": scale_op, "backend": backend}
-        return _lazy(x, spec, block_size, functools.partial(choose_qparams, **arguments), arguments)
+        return _lazy(x, spec, block_size, functools.partial(choose_qparams, **arguments), arguments, codes=False)
     if x.size == 0:
         scale, zp = _empty_input_qparams(spec, device)
     else:
@@ -283,7 +283,8 @@ def quantize_dynamic(
     if lazy:
         arguments = {"dtype": dtype, "mapping": mapping, "quant_min": quant_min, "quant_max": quant_max, "eps": eps,
                      "narrow_range": narrow_range, "scale_op": scale_op, "backend": backend}
-        return _lazy(x, spec, block_size, functools.partial(quantize_dynamic, packed=packed, **arguments), arguments)
+        per_chunk = functools.partial(quantize_dynamic, packed=packed, **arguments)
+        return _lazy(x, spec, block_size, per_chunk, arguments, codes=True)
     fmt = spec.format
     impl = resolve_backend(backend, (x,)) if x.size else None  # an empty input runs no kernel
     codes, store = _codes(x, spec, device)
@@ -320,8 +321,8 @@ def _quantize_given(x, scale, zero_point, dtype, *, axis=None, block_size=None, 
     return PackedCodes(codes, spec.format.name) if spec.packed else codes
 
 
-def _lazy(x, spec: DynamicSpec, block_size, per_chunk, arguments: dict):
-    """:func:`choose_qparams` (``per_chunk`` of it) or :func:`quantize_dynamic` of a dask array.
+def _lazy(x, spec: DynamicSpec, block_size, per_chunk, arguments: dict, codes: bool):
+    """:func:`choose_qparams` or (``codes``) :func:`quantize_dynamic` of a dask array; ``per_chunk`` is the call.
 
     One pass (``per_chunk`` on every chunk, aligned to the blocks) when each block lies in
     one chunk; two passes when the chunks split a block (per-tensor, per-channel across
@@ -330,7 +331,6 @@ def _lazy(x, spec: DynamicSpec, block_size, per_chunk, arguments: dict):
     """
     from ._dask import engine
 
-    codes = per_chunk.func is quantize_dynamic
     fmt = spec.format
     outputs = [engine.Output("grid", np.dtype(np.float32)), engine.Output("grid", np.dtype(np.int32))]
     code_output = engine.Output("data", np.dtype(np.uint8) if spec.packed else fmt.dtype,

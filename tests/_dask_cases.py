@@ -102,6 +102,10 @@ LAZY = {
     "quantize_dynamic modelopt per-column": lambda x: nbquant.quantize_dynamic(x, "int8", axis=1, mapping="modelopt"),
     "quantize_dynamic ONNX blocks along axis 0": lambda x: nbquant.quantize_dynamic(
         x, "int2", axis=0, block_size=4, mapping="symmetric_no_clipping_err", scale_op="divide"),
+    "quantize_dynamic per-tensor asymmetric, reference backend": lambda x: nbquant.quantize_dynamic(
+        x, "uint8", mapping="asymmetric", backend="reference"),
+    "choose_qparams per-column, reference backend": lambda x: nbquant.choose_qparams(x, "int4", axis=1,
+                                                                                     backend="reference"),
     "quantize_dynamic float16 2-D tiles": lambda x: nbquant.quantize_dynamic(x.astype(np.float16), "uint8",
                                                                              block_size=(3, 32), mapping="asymmetric"),
     "quantize_mx mxfp4": lambda x: nbquant.quantize_mx(x, "mxfp4"),

@@ -42,8 +42,8 @@ from ..threads import thread_limit
 from ..validation import check_float_input
 from . import is_dask_array
 
-__all__ = ["Output", "as_dask", "task_threads", "aligned_chunks", "chunk_arguments", "map_layout", "map_grids",
-           "block_keys", "qparams_from_keys", "chunk_sum", "chunk_amax", "split_dims"]
+__all__ = ["NO_PACK", "Output", "as_dask", "task_threads", "aligned_chunks", "chunk_arguments", "map_layout",
+           "map_grids", "block_keys", "qparams_from_keys", "chunk_sum", "chunk_amax", "split_dims"]
 
 #: The packing of an array that holds one code (or value) per element.
 NO_PACK = (1, 1)
@@ -52,9 +52,8 @@ NO_PACK = (1, 1)
 @concatenate_lookup.register(PackedCodes)
 def _concatenate_codes(arrays, axis=0):
     """Packed codes concatenated are packed codes of the same format (so a computed dask result keeps it)."""
-    formats = {a.format for a in arrays if isinstance(a, PackedCodes)}
-    joined = np.concatenate([np.asarray(a).view(np.ndarray) for a in arrays], axis=axis)
-    return PackedCodes(joined, formats.pop()) if len(formats) == 1 else joined
+    fmt = next(a.format for a in arrays if isinstance(a, PackedCodes))
+    return PackedCodes(np.concatenate([np.asarray(a).view(np.ndarray) for a in arrays], axis=axis), fmt)
 
 
 def _pickle_packed_codes_on_distributed() -> None:
@@ -96,16 +95,16 @@ class Output:
         return PackedCodes(empty, self.format) if self.format else empty
 
 
-def as_dask(a, name: str = "x") -> da.Array:
+def as_dask(a) -> da.Array:
     """``a`` as a dask array of NumPy chunks with known sizes (a NumPy array becomes one chunk)."""
     if not is_dask_array(a):
         return da.from_array(np.asarray(a), chunks=-1)
     if not isinstance(a._meta, np.ndarray):
-        raise TypeError(f"{name} is a dask array of {type(a._meta).__name__} chunks; nbquant quantizes dask arrays "
+        raise TypeError(f"a dask array of {type(a._meta).__name__} chunks was passed; nbquant quantizes dask arrays "
                         "of NumPy chunks (map CUDA chunks with map_blocks and the cuda backend instead)")
     if any(math.isnan(c) for cs in a.chunks for c in cs):
-        raise ValueError(f"{name} has unknown chunk sizes {a.chunks}; call {name}.compute_chunk_sizes() first "
-                         "(nbquant aligns chunks to its blocks)")
+        raise ValueError(f"a dask array of unknown chunk sizes {a.chunks} was passed; call its compute_chunk_sizes() "
+                         "first (nbquant aligns the chunks to its blocks)")
     return a
 
 
