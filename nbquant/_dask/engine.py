@@ -126,8 +126,8 @@ def aligned_chunks(chunks: tuple[int, ...], n: int, align: int) -> tuple[int, ..
 
     Examples
     --------
-    >>> aligned_chunks((5, 5, 5), 15, 4)
-    (4, 4, 7)
+    >>> aligned_chunks((5, 5, 5), 15, 4)  # boundaries 5 and 10 move to 4 and 12
+    (4, 8, 3)
     >>> aligned_chunks((8, 8), 16, 4)
     (8, 8)
     """
@@ -282,7 +282,9 @@ def map_layout(fn: Callable, x, layout: BlockLayout, outputs: list[Output], *, p
     token : str
         The prefix of the graph keys.
     **kwargs
-        More keyword arguments of ``fn``; dask arrays among them (a global scale) are computed first.
+        More keyword arguments of ``fn``, passed through ``map_blocks`` (so not named as its own:
+        ``dtype``, ``chunks``, ``name``, ``meta``...; bind those with ``functools.partial``);
+        dask arrays among them (a global scale) are computed first.
 
     Returns
     -------
@@ -292,11 +294,12 @@ def map_layout(fn: Callable, x, layout: BlockLayout, outputs: list[Output], *, p
 
     Examples
     --------
-    >>> import dask.array as da, numpy as np, nbquant
+    >>> import functools, dask.array as da, numpy as np, nbquant
     >>> x = da.arange(8, dtype=np.float32, chunks=3).reshape(2, 4)
     >>> layout = resolve_layout((2, 4), axis=1, block_size=2)
-    >>> codes, = map_layout(nbquant.quantize, x, layout, [Output("data", np.dtype(np.int8))],
-    ...                     params={"scale": np.full((2, 2), 0.5, np.float32)}, dtype="int8")
+    >>> quantize = functools.partial(nbquant.quantize, dtype="int8")
+    >>> codes, = map_layout(quantize, x, layout, [Output("data", np.dtype(np.int8))],
+    ...                     params={"scale": np.full((2, 2), 0.5, np.float32)})
     >>> codes.compute()
     array([[ 0,  2,  4,  6],
            [ 8, 10, 12, 14]], dtype=int8)
