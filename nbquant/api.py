@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 import ml_dtypes
@@ -9,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import modes
+from ._dask import any_dask_array, packed_format
 from .backends import device_code_input, device_float_input, device_result, is_device_array, resolve_backend
 from .codes import PackedCodes
 from .formats import QuantFormat, get_format
@@ -48,6 +50,15 @@ def _check_packed(packed, fmt: QuantFormat, last_dim: int) -> bool:
             raise ValueError(f"packed=True stores {k} {fmt.name} codes in {nbytes} byte(s) along the last axis, whose "
                              f"length {last_dim} is not a multiple of {k}; pad the last axis to a multiple of {k}")
     return bool(packed)
+
+
+def _lazy_call(*arrays, out) -> bool:
+    """Whether a call is lazy (a dask array among ``arrays``); ``out=`` is refused then (dask arrays are immutable)."""
+    lazy = any_dask_array(*arrays)
+    if lazy and out is not None:
+        raise TypeError("out= cannot be combined with dask arrays, whose result is a new dask array; leave out=None "
+                        "and store the result with dask (e.g. dask.array.store or to_zarr)")
+    return lazy
 
 
 def _result(out, shape: tuple[int, ...], dtype: np.dtype, device: bool, source, inputs: dict):
@@ -90,6 +101,8 @@ def quantize(
         float32, float16, bfloat16 (ml_dtypes) or float64 input, any shape and
         strides (a non-contiguous input is copied once). float64 and the half types
         are converted to float32 first; the arithmetic is float32 (see ``compute_dtype``).
+        A dask array (or a dask ``scale``/``zero_point``) makes the call lazy: the result
+        is a dask array, each chunk quantized by this function (docs/dask.md).
     scale : array_like
         Positive finite scales: one value (per-tensor), one per channel along
         ``axis``, or one per block (see ``block_size``). Converted to float32.
@@ -136,7 +149,8 @@ def quantize(
         its sum with the zero point. ``x`` must not be float64 then, and every scale
         must stay finite and nonzero in that type.
     out : numpy.ndarray, optional
-        Preallocated result of the exact shape and dtype this call returns.
+        Preallocated result of the exact shape and dtype this call returns (not with
+        dask arrays).
     backend : str, optional
         ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
         CUDA device arrays (numba, CuPy, PyTorch: ``__cuda_array_interface__`` or
@@ -172,12 +186,13 @@ def quantize(
     """
     fmt = get_format(dtype)
     passed = {"x": x, "scale": scale, "zero_point": zero_point}
+    lazy = _lazy_call(x, scale, zero_point, out=out)
     device = is_device_array(x) or is_device_array(out)  # CUDA arrays stay on the device (cuda backend)
-    x = device_float_input(x) if device else check_float_input(x)
+    x = device_float_input(x) if device else check_float_input(x, lazy=lazy)
     layout = resolve_layout(x.shape, axis, block_size)
     op = check_choice("scale_op", scale_op, _SCALE_OPS)
     order = check_choice("zero_point_order", zero_point_order, _ZP_ORDERS)
-    s = check_scale(scale, layout)
+    s = check_scale(scale, layout, lazy=lazy)
     precision = check_choice("compute_dtype", compute_dtype, _COMPUTE_DTYPES)
     if precision != "float32":
         s = check_half_scale(s, precision, x.dtype, scale)
@@ -189,13 +204,23 @@ def quantize(
         check_float_format_arguments(fmt, zero_point=zero_point, quant_min=quant_min, quant_max=quant_max)
     if not isinstance(saturate, (bool, np.bool_)):
         raise TypeError(f"saturate={saturate!r} must be True or False")
-    zp = check_zero_point(zero_point, layout, fmt, integral=order == "after_rounding")
+    zp = check_zero_point(zero_point, layout, fmt, integral=order == "after_rounding", lazy=lazy)
     if zp is not None and precision != "float32":
         zp = zp.astype(_COMPUTE_DTYPES[precision]).astype(np.float32)
     qmin, qmax = check_quant_range(fmt, quant_min, quant_max)
     packed = _check_packed(packed, fmt, layout.shape[-1])
     shape = x.shape[:-1] + (fmt.packed_length(x.shape[-1]),) if packed else x.shape
     out_dtype = np.dtype(np.uint8) if packed else fmt.dtype
+    if lazy:  # a dask argument: this function on every chunk, with the chunk's part of scale and zero_point
+        from ._dask import engine
+
+        per_chunk = functools.partial(quantize, dtype=dtype, quant_min=quant_min, quant_max=quant_max, packed=packed,
+                                      scale_op=scale_op, zero_point_order=zero_point_order, saturate=saturate,
+                                      compute_dtype=compute_dtype, backend=backend)
+        output = engine.Output("data", out_dtype, fmt.pack_group if packed else engine.NO_PACK,
+                               fmt.name if packed else None)
+        return engine.map_layout(per_chunk, x, layout, [output], params={"scale": scale, "zero_point": zero_point},
+                                 token="nbquant-quantize")[0]
     result = _result(out, shape, out_dtype, device, x, passed)
     spec = QuantizeSpec(fmt, layout, qmin, qmax, modes.ScaleOp.of(op != "divide", precision),
                         order == "before_rounding", packed, bool(saturate))
@@ -261,7 +286,8 @@ def dequantize(
     ----------
     q : array_like
         Codes: int8, uint8, int16, uint16, int32 or ml_dtypes int4/uint4/int2/uint2, or
-        packed uint8 (then ``dtype`` names the sub-byte format).
+        packed uint8 (then ``dtype`` names the sub-byte format). A dask array (or a dask
+        ``scale``/``zero_point``) gives a lazy dask result (docs/dask.md).
     scale : array_like
         As in :func:`quantize`, describing the unpacked shape.
     zero_point : array_like, optional
@@ -297,17 +323,26 @@ def dequantize(
     array([[ 1., -1.]], dtype=float32)
     """
     passed = {"q": q, "scale": scale, "zero_point": zero_point}
-    tag = q.format if isinstance(q, PackedCodes) else None
+    lazy = _lazy_call(q, scale, zero_point, out=out)
+    tag = q.format if isinstance(q, PackedCodes) else packed_format(q)
     device = is_device_array(q) or is_device_array(out)  # CUDA arrays stay on the device (cuda backend)
-    q = device_code_input(q)
+    q = device_code_input(q, lazy=lazy)
     fmt, packed = _code_format(q, dtype, tag)
     out_dt = check_out_dtype(out_dtype)
     shape = q.shape[:-1] + (_unpacked_length(fmt, q.shape[-1]),) if packed else q.shape
     layout = resolve_layout(shape, axis, block_size)
-    s = check_scale(scale, layout)
+    s = check_scale(scale, layout, lazy=lazy)
     if fmt.is_float:
         check_float_format_arguments(fmt, zero_point=zero_point)
-    zp = check_zero_point(zero_point, layout, fmt, integral=False)
+    zp = check_zero_point(zero_point, layout, fmt, integral=False, lazy=lazy)
+    if lazy:  # a dask argument: this function on every chunk, with the chunk's part of scale and zero_point
+        from ._dask import engine
+
+        per_chunk = functools.partial(dequantize, dtype=fmt.name if packed else dtype, out_dtype=out_dt,
+                                      backend=backend)
+        return engine.map_layout(per_chunk, q, layout, [engine.Output("data", out_dt)],
+                                 params={"scale": scale, "zero_point": zero_point},
+                                 pack=fmt.pack_group if packed else engine.NO_PACK, token="nbquant-dequantize")[0]
     result = _result(out, shape, out_dt, device, q, passed)
     spec = DequantizeSpec(fmt, layout, packed, out_dt)
     impl = resolve_backend(backend, (q, result))

@@ -21,6 +21,7 @@ copy.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,6 +29,7 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
+from ._dask import any_dask_array, is_dask_array
 from .backends import (
     device_code_input,
     device_float_input,
@@ -36,6 +38,7 @@ from .backends import (
     resolve_backend,
 )
 from .formats import get_format
+from .layout import resolve_layout
 from .spec import BlockSpec
 from .validation import check_bool, check_choice, check_float_scalar, check_int, check_out_dtype
 
@@ -109,8 +112,8 @@ class BlockQuantized:
         True
         """
         if self.format == "nvfp4":
-            return _dequantize_nvfp4(self.data, self.scales, np.float32(self.global_scale), self.axis,
-                                     self.block_size, out_dtype, backend)
+            g = self.global_scale if is_dask_array(self.global_scale) else np.float32(self.global_scale)
+            return _dequantize_nvfp4(self.data, self.scales, g, self.axis, self.block_size, out_dtype, backend)
         return dequantize_mx(self.data, self.scales, self.format, axis=self.axis, block_size=self.block_size,
                              packed=self.packed, out_dtype=out_dtype, backend=backend)
 
@@ -211,7 +214,8 @@ def quantize_mx(
     ----------
     x : array_like
         float32, float16, bfloat16 or float64 input. A CUDA device array stays on its
-        device (blocks along its last axis); the result then holds device arrays.
+        device (blocks along its last axis); the result then holds device arrays. A
+        dask array gives a result of dask arrays (docs/dask.md).
     format : str
         ``"mxfp8_e4m3"``, ``"mxfp8_e5m2"``, ``"mxfp6_e2m3"``, ``"mxfp6_e3m2"``,
         ``"mxfp4"`` or ``"mxint8"``.
@@ -242,13 +246,19 @@ def quantize_mx(
     >>> bq.scales.astype(np.float32), bq.data
     (array([1.], dtype=float32), array([210, 113], dtype=uint8))
     """
-    x = device_float_input(x)
+    lazy = is_dask_array(x)
+    x = device_float_input(x, lazy=lazy)
     rounding = check_choice("scale_rounding", scale_rounding, ("floor", "ceil"))
     name = check_choice("format", format, tuple(MX_FORMATS))
     if packed is None:
         packed = name == "mxfp4"
     spec = _mx_spec(name, block_size, packed, rounding == "ceil")
     k, b = check_blocking(tuple(x.shape), axis, block_size, spec.packed)
+    if lazy:
+        per_chunk = functools.partial(_parts, quantize_mx, format=name, scale_rounding=rounding, packed=spec.packed,
+                                      backend=backend)
+        data_dtype = np.dtype(np.uint8) if spec.packed else spec.element.dtype
+        return _lazy_quantize(per_chunk, x, name, k, b, spec.packed, data_dtype, ml_dtypes.float8_e8m0fnu, None)
     impl = resolve_backend(backend, (x,))
     data, scales = _run_block_quantize(impl.mx_quantize, x, spec, k)
     if not spec.packed:
@@ -256,11 +266,11 @@ def quantize_mx(
     return BlockQuantized(data, scales.view(ml_dtypes.float8_e8m0fnu), name, k, b, spec.packed)
 
 
-def _check_codes(data, scales, spec: BlockSpec, axis, block_size, scale_dtype) -> tuple[np.ndarray, np.ndarray,
-                                                                                         int, int, int]:
+def _check_codes(data, scales, spec: BlockSpec, axis, block_size, scale_dtype, lazy: bool = False
+                 ) -> tuple[np.ndarray, np.ndarray, int, int, int]:
     if is_device_array(data) != is_device_array(scales):
         raise TypeError("data and scales must both be CUDA device arrays or both host arrays")
-    data, scales = device_code_input(data, "data"), device_code_input(scales, "scales")
+    data, scales = device_code_input(data, "data", lazy=lazy), device_code_input(scales, "scales", lazy=lazy)
     expected = np.dtype(np.uint8) if spec.packed else spec.element.dtype
     if data.dtype != expected:
         raise TypeError(f"data has dtype {data.dtype}; {spec.element.name} codes need {expected}")
@@ -294,7 +304,8 @@ def dequantize_mx(
     Parameters
     ----------
     data, scales : array_like
-        As returned in :class:`BlockQuantized` (scales may be their uint8 bits).
+        As returned in :class:`BlockQuantized` (scales may be their uint8 bits); dask
+        arrays give a lazy dask result.
     format : str
         As given to :func:`quantize_mx`.
     axis : int, optional
@@ -321,21 +332,25 @@ def dequantize_mx(
     """
     name = check_choice("format", format, tuple(MX_FORMATS))
     spec = _mx_spec(name, 1, name == "mxfp4" if packed is None else packed, out_dtype=check_out_dtype(out_dtype))
-    data, scales, k, b, n = _check_codes(data, scales, spec, axis, block_size, ml_dtypes.float8_e8m0fnu)
+    lazy = any_dask_array(data, scales)
+    data, scales, k, b, n = _check_codes(data, scales, spec, axis, block_size, ml_dtypes.float8_e8m0fnu, lazy)
+    if lazy:
+        per_chunk = functools.partial(dequantize_mx, format=name, packed=spec.packed, out_dtype=spec.out_dtype,
+                                      backend=backend)
+        return _lazy_dequantize(per_chunk, data, scales, k, b, n, spec)
     spec = BlockSpec(spec.element, b, spec.packed, spec.emax, spec.max_value, False, 1.0, spec.out_dtype)
     impl = resolve_backend(backend, (data,))
     return _run_block_dequantize(impl.mx_dequantize, data, scales, spec, k, n)
 
 
-def _global_scale(impl, x: np.ndarray, global_scale) -> np.float32:
-    if global_scale is None:
-        amax = np.float32(impl.amax(x))
-        if not np.isfinite(amax):
-            raise ValueError(f"x holds {'NaN' if np.isnan(amax) else 'inf'}: the global scale amax / (6 * 448) would "
-                             "make every value NaN. Pass finite data, or an explicit global_scale (then a block with "
-                             "inf saturates and a block with NaN decodes to NaN)")
-        return np.float32(1.0) if amax == 0 else np.float32(amax / _NVFP4_GLOBAL_DIVISOR)
-    return check_float_scalar("global_scale", global_scale, positive=True)
+def _amax_global_scale(amax) -> np.float32:
+    """NVFP4's global scale ``amax / (6 * 448)`` (1.0 for an all-zero input) of the input's ``amax``."""
+    amax = np.float32(amax)
+    if not np.isfinite(amax):
+        raise ValueError(f"x holds {'NaN' if np.isnan(amax) else 'inf'}: the global scale amax / (6 * 448) would "
+                         "make every value NaN. Pass finite data, or an explicit global_scale (then a block with "
+                         "inf saturates and a block with NaN decodes to NaN)")
+    return np.float32(1.0) if amax == 0 else np.float32(amax / _NVFP4_GLOBAL_DIVISOR)
 
 
 def quantize_nvfp4(
@@ -353,7 +368,8 @@ def quantize_nvfp4(
     x : array_like
         float32, float16, bfloat16 or float64 input, its length along ``axis`` a multiple
         of ``block_size`` (pad it first). A CUDA device array stays on its device
-        (blocks along its last axis); the result then holds device arrays.
+        (blocks along its last axis); the result then holds device arrays. A dask array
+        gives a result of dask arrays (the global amax a dask reduction first).
     global_scale : float, optional
         The per-tensor scale; default ``amax(x) / (6 * 448)`` (1.0 for an all-zero
         input), computed by a reduction pass before the fused pass.
@@ -382,13 +398,28 @@ def quantize_nvfp4(
     >>> bq.global_scale, bq.scales.astype(np.float32), bq.data
     (np.float32(0.002232143), array([448.], dtype=float32), array([161,  116], dtype=uint8))
     """
-    x = device_float_input(x)
+    lazy = is_dask_array(x)
+    x = device_float_input(x, lazy=lazy)
     k, b = check_blocking(tuple(x.shape), axis, block_size, True)
+    given = None if global_scale is None else check_float_scalar("global_scale", global_scale, positive=True)
+    if lazy:  # the global amax is a dask reduction first: two passes over x
+        from ._dask import engine
+
+        g = engine.chunk_amax(x, backend).map_blocks(_amax_global_scale, dtype=np.float32) if given is None else given
+        per_chunk = functools.partial(_parts, _quantize_nvfp4, backend=backend)
+        return _lazy_quantize(per_chunk, x, "nvfp4", k, b, True, np.dtype(np.uint8), ml_dtypes.float8_e4m3fn, g,
+                              global_scale=g)
     impl = resolve_backend(backend, (x,))
-    g = _global_scale(impl, x, global_scale)
-    spec = BlockSpec(get_format("float4_e2m1fn"), b, True, global_scale=g)
-    data, scales = _run_block_quantize(impl.nvfp4_quantize, x, spec, k)
-    return BlockQuantized(data, scales.view(ml_dtypes.float8_e4m3fn), "nvfp4", k, b, True, g)
+    return _quantize_nvfp4(x, given if given is not None else _amax_global_scale(impl.amax(x)), k, b, backend)
+
+
+def _quantize_nvfp4(x, global_scale, axis: int, block_size: int, backend) -> BlockQuantized:
+    """:func:`quantize_nvfp4` with a checked (or computed) float32 ``global_scale``, blocks along ``axis``."""
+    x = device_float_input(x)
+    g = np.float32(global_scale)
+    spec = BlockSpec(get_format("float4_e2m1fn"), block_size, True, global_scale=g)
+    data, scales = _run_block_quantize(resolve_backend(backend, (x,)).nvfp4_quantize, x, spec, axis)
+    return BlockQuantized(data, scales.view(ml_dtypes.float8_e4m3fn), "nvfp4", axis, block_size, True, g)
 
 
 def dequantize_nvfp4(
@@ -407,6 +438,7 @@ def dequantize_nvfp4(
     ----------
     data : array_like
         Packed e2m1 codes, uint8 with two per byte along ``axis`` (``BlockQuantized.data``).
+        A dask ``data``, ``scales`` or ``global_scale`` gives a lazy dask result.
     scales : array_like
         E4M3 block scales: ``float8_e4m3fn`` or their uint8 bits.
     global_scale : float or array_like
@@ -435,14 +467,53 @@ def dequantize_nvfp4(
     >>> nbquant.dequantize_nvfp4(bq.data, bq.scales, bq.global_scale, block_size=4)
     array([ 0.5, -1. ,  2. ,  6. ], dtype=float32)
     """
+    if is_dask_array(global_scale):  # checked when computed, by this function on every chunk
+        return _dequantize_nvfp4(data, scales, global_scale, axis, block_size, out_dtype, backend, dequantize_nvfp4)
     g = check_float_scalar("global_scale", global_scale, positive=True)
     return _dequantize_nvfp4(data, scales, g, axis, block_size, out_dtype, backend)
 
 
-def _dequantize_nvfp4(data, scales, g: np.float32, axis, block_size, out_dtype, backend) -> np.ndarray:
-    """:func:`dequantize_nvfp4` with a checked (or :func:`quantize_nvfp4`-computed) float32 global scale ``g``."""
+def _dequantize_nvfp4(data, scales, global_scale, axis, block_size, out_dtype, backend, per_chunk=None) -> np.ndarray:
+    """:func:`dequantize_nvfp4` with a checked (or :func:`quantize_nvfp4`-computed) float32 ``global_scale``.
+
+    A dask argument makes the call lazy: ``per_chunk`` (default: this function) on every chunk.
+    """
     spec = BlockSpec(get_format("float4_e2m1fn"), 1, True, out_dtype=check_out_dtype(out_dtype))
-    data, scales, k, b, n = _check_codes(data, scales, spec, axis, block_size, ml_dtypes.float8_e4m3fn)
+    lazy = any_dask_array(data, scales, global_scale)
+    data, scales, k, b, n = _check_codes(data, scales, spec, axis, block_size, ml_dtypes.float8_e4m3fn, lazy)
+    if lazy:
+        per_chunk = functools.partial(per_chunk or _dequantize_nvfp4, out_dtype=spec.out_dtype, backend=backend)
+        return _lazy_dequantize(per_chunk, data, scales, k, b, n, spec, global_scale=global_scale)
     impl = resolve_backend(backend, (data,))
-    spec = BlockSpec(spec.element, b, True, global_scale=g, out_dtype=spec.out_dtype)
+    spec = BlockSpec(spec.element, b, True, global_scale=np.float32(global_scale), out_dtype=spec.out_dtype)
     return _run_block_dequantize(impl.nvfp4_dequantize, data, scales, spec, k, n)
+
+
+def _parts(quantize, x, **arguments) -> tuple:
+    """The ``data`` and ``scales`` of ``quantize(x, **arguments)`` (a :class:`BlockQuantized`): one chunk's."""
+    bq = quantize(x, **arguments)
+    return bq.data, bq.scales
+
+
+def _lazy_quantize(per_chunk, x, name: str, axis: int, block_size: int, packed: bool, data_dtype, scale_dtype,
+                   g, **kwargs) -> BlockQuantized:
+    """The :class:`BlockQuantized` of a dask ``x``: ``per_chunk(chunk, **kwargs)`` on every chunk (whole blocks along
+    ``axis``); a dask array in ``kwargs`` is computed first."""
+    from ._dask import engine
+
+    outputs = [engine.Output("data", data_dtype, (2, 1) if packed else engine.NO_PACK),
+               engine.Output("grid", np.dtype(scale_dtype))]
+    layout = resolve_layout(tuple(x.shape), axis, block_size)
+    data, scales = engine.map_layout(per_chunk, x, layout, outputs, pack_axis=axis, token=f"nbquant-{name}", **kwargs)
+    return BlockQuantized(data, scales, name, axis, block_size, packed, g)
+
+
+def _lazy_dequantize(per_chunk, data, scales, axis: int, block_size: int, n: int, spec: BlockSpec, **kwargs):
+    """The dequantized dask array of block codes: ``per_chunk(chunk, scales=..., **kwargs)`` on every chunk (whole
+    blocks along ``axis``); a dask array in ``kwargs`` is computed first."""
+    from ._dask import engine
+
+    layout = resolve_layout(tuple(data.shape[:axis]) + (n,) + tuple(data.shape[axis + 1:]), axis, block_size)
+    return engine.map_layout(per_chunk, data, layout, [engine.Output("data", spec.out_dtype)],
+                             params={"scales": scales}, pack=(2, 1) if spec.packed else engine.NO_PACK,
+                             pack_axis=axis, token="nbquant-dequantize-blocks", **kwargs)[0]

@@ -37,12 +37,14 @@ Differences from modelopt 0.47 (semantics.md §6.7), all deliberate:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from ._dask import is_dask_array
 from .backends import _check_name, device_float_input, host_array, is_device_array, resolve_backend
 from .layout import resolve_layout
 from .modelopt_ops import reduce_amax
@@ -55,6 +57,18 @@ MAX_NUM_BINS = 1 << 20
 _F32_MAX = float(np.finfo(np.float32).max)
 _F32_TINY = float(np.finfo(np.float32).smallest_subnormal)
 _F32_NORMAL = float(np.finfo(np.float32).smallest_normal)
+
+
+def _batch_amax(x, axis: int | None, backend: str | None) -> np.ndarray:
+    """:func:`~nbquant.reduce_amax` of a batch on the host; a dask batch reduced chunk by chunk, then computed."""
+    if not is_dask_array(x):
+        return host_array(reduce_amax(x, axis=axis, backend=backend))
+    from ._dask import engine
+
+    layout = resolve_layout(tuple(x.shape), axis)
+    amax = engine.map_layout(functools.partial(reduce_amax, backend=backend), x, layout,
+                             [engine.Output("grid", np.dtype(np.float32))], token="nbquant-calibrate-amax")[0]
+    return amax.max(axis=engine.split_dims(amax, layout), keepdims=True).compute()
 
 
 def _finite_amax(amax: np.ndarray) -> np.ndarray:
@@ -97,10 +111,11 @@ class MaxCalibrator:
         Parameters
         ----------
         x : array_like
-            Finite float data; the size of ``axis`` stays the same from batch to batch.
+            Finite float data; the size of ``axis`` stays the same from batch to batch. A dask
+            ``x`` is reduced chunk by chunk and its amax computed (only the amax comes back).
         """
-        x = device_float_input(x)
-        amax = _finite_amax(host_array(reduce_amax(x, axis=self.axis, backend=self.backend)))
+        x = device_float_input(x, lazy=True)
+        amax = _finite_amax(_batch_amax(x, self.axis, self.backend))
         amax = amax.reshape(()) if self.axis is None else amax.reshape(-1)
         if self._amax is not None and self._amax.shape != amax.shape:
             raise ValueError(f"x gives amax of shape {amax.shape}, but earlier batches gave {self._amax.shape}; "
@@ -180,30 +195,13 @@ class HistogramCalibrator:
         self.bin_edges = None
 
     def _counts(self, x) -> np.ndarray:
-        """The batch's counts in the current bins (less its zeros with ``skip_zeros``).
+        """The batch's counts in the current bins (:func:`_counts`); a dask batch's summed over its chunks."""
+        if not is_dask_array(x):
+            return _counts(x, self.bin_edges, self.skip_zeros, self.backend)
+        from ._dask import engine
 
-        When ``bins * width`` passes float32's max the last edge is that max and the last bin
-        is partial: the kernel counts the other bins, and the last one gets what it left out
-        (the data is finite, so everything above the second-to-last edge).
-        """
-        backend = resolve_backend(self.backend, (x,))
-        n = self.bin_edges.size - 1
-        if n * float(self.bin_edges[1]) <= _F32_MAX:
-            counts = backend.abs_histogram(x, n, self.bin_edges[-1])
-        else:
-            counts = backend.abs_histogram(x, n - 1, self.bin_edges[-2])
-            counts = np.append(counts, x.size - counts.sum())
-        if self.skip_zeros:
-            counts[0] -= self._zeros(x)
-        return counts
-
-    def _zeros(self, x) -> int:
-        """How many elements of ``x`` are ±0 (on the device for a device ``x``)."""
-        if not is_device_array(x):
-            return int(np.count_nonzero(x == 0))
-        # Two bins over [0, smallest subnormal]: |x| = 0 lands in bin 0, the smallest subnormal in bin 1,
-        # everything larger (and NaN) is skipped.
-        return int(resolve_backend(self.backend, (x,)).abs_histogram(x, 2, np.float32(_F32_TINY))[0])
+        return engine.chunk_sum(_counts, x, self.bin_edges.size - 1, np.dtype(np.int64), edges=self.bin_edges,
+                                skip_zeros=self.skip_zeros, backend=self.backend, token="nbquant-histogram").compute()
 
     def _grow(self, x_max: np.float32) -> np.ndarray:
         """Edges up to ``x_max`` or beyond; returns the counts so far in the new bins.
@@ -226,13 +224,12 @@ class HistogramCalibrator:
         Parameters
         ----------
         x : array_like
-            Finite float data, of any shape.
+            Finite float data, of any shape (a dask array is reduced chunk by chunk).
         """
-        x = device_float_input(x)
+        x = device_float_input(x, lazy=True)
         if x.size == 0:
             return
-        x_max = np.float32(_finite_amax(host_array(reduce_amax(x, layout=resolve_layout(tuple(x.shape)),
-                                                               backend=self.backend))).reshape(()))
+        x_max = np.float32(_finite_amax(_batch_amax(x, None, self.backend)).reshape(()))
         if self.histogram is None or (x_max > self.bin_edges[-1] and not self.histogram[1:].any()):
             # The first batch, or the first with a non-zero value: the range starts anew from this batch
             # (the zeros so far stay in bin 0, inside every range).
@@ -302,6 +299,35 @@ class HistogramCalibrator:
         if method == "entropy":
             return _amax_entropy(hist, edges, num_bits, unsigned, stride, start_bin)
         return _amax_mse(hist, edges, num_bits, unsigned, stride, start_bin)
+
+
+def _counts(x, edges: np.ndarray, skip_zeros: bool, backend: str | None) -> np.ndarray:
+    """The counts of ``|x|`` in the bins of ``edges`` (less the zeros with ``skip_zeros``).
+
+    When ``bins * width`` passes float32's max the last edge is that max and the last bin
+    is partial: the kernel counts the other bins, and the last one gets what it left out
+    (the data is finite, so everything above the second-to-last edge).
+    """
+    x = device_float_input(x)
+    impl = resolve_backend(backend, (x,))
+    n = edges.size - 1
+    if n * float(edges[1]) <= _F32_MAX:
+        counts = impl.abs_histogram(x, n, edges[-1])
+    else:
+        counts = impl.abs_histogram(x, n - 1, edges[-2])
+        counts = np.append(counts, x.size - counts.sum())
+    if skip_zeros:
+        counts[0] -= _zeros(impl, x)
+    return counts
+
+
+def _zeros(impl, x) -> int:
+    """How many elements of ``x`` are ±0 (on the device for a device ``x``)."""
+    if not is_device_array(x):
+        return int(np.count_nonzero(x == 0))
+    # Two bins over [0, smallest subnormal]: |x| = 0 lands in bin 0, the smallest subnormal in bin 1,
+    # everything larger (and NaN) is skipped.
+    return int(impl.abs_histogram(x, 2, np.float32(_F32_TINY))[0])
 
 
 def _check_int(name: str, value, low: int, high: int | None = None) -> None:

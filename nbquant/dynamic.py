@@ -10,11 +10,13 @@ then a quantize pass (per-tensor, per-channel, 2-D blocks). The result is bit fo
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from ._dask import is_dask_array
 from .backends import device_copy, device_float_input, device_result, is_device_array, resolve_backend
 from .codes import PackedCodes
 from .formats import get_format
@@ -112,7 +114,8 @@ def choose_qparams(
     x : array_like
         float32, float16, bfloat16 or float64 input (computed in float32). A CUDA
         device array (numba, ``__cuda_array_interface__``, DLPack) is processed on its
-        device by the ``"cuda"`` backend and the results are numba device arrays.
+        device by the ``"cuda"`` backend and the results are numba device arrays. A dask
+        array gives lazy dask results (two passes where a block spans chunks: docs/dask.md).
     dtype : str or dtype
         Integer format: ``"int8"``, ``"uint8"``, ``"int16"``, ``"uint16"``, ``"int4"``,
         ``"uint4"``, ``"int2"``, ``"uint2"``.
@@ -170,10 +173,15 @@ def choose_qparams(
     >>> float(s), int(zp)
     (0.019607843831181526, 51)
     """
+    lazy = is_dask_array(x)
     device = is_device_array(x)
-    x = device_float_input(x)
+    x = device_float_input(x, lazy=lazy)
     spec = make_spec(x.shape, dtype, axis, block_size, mapping, quant_min, quant_max, eps, scale_op, narrow_range,
                      False)
+    if lazy:
+        arguments = {"dtype": dtype, "mapping": mapping, "quant_min": quant_min, "quant_max": quant_max, "eps": eps,
+                     "narrow_range": narrow_range, "scale_op": scale_op, "backend": backend}
+        return _lazy(x, spec, block_size, functools.partial(choose_qparams, **arguments), arguments, codes=False)
     if x.size == 0:
         scale, zp = _empty_input_qparams(spec, device)
     else:
@@ -181,6 +189,15 @@ def choose_qparams(
         resolve_backend(backend, (x,)).choose_qparams(x, spec, scale, zp)
     shape = _param_shape(spec.layout, block_size)
     return scale.reshape(shape), zp.reshape(shape)
+
+
+def _codes(x, spec: DynamicSpec, device: bool):
+    """The new codes array of ``x`` (packed: uint8 bytes) and its storage view, which the kernels write."""
+    fmt = spec.format
+    shape = tuple(x.shape[:-1]) + (x.shape[-1] // fmt.codes_per_byte,) if spec.packed else tuple(x.shape)
+    code_dtype = np.uint8 if spec.packed else fmt.dtype
+    codes = device_result(None, shape, code_dtype) if device else np.empty(shape, code_dtype)
+    return codes, codes.view(np.uint8 if spec.packed else fmt.storage)
 
 
 def _quantize_with_qparams(impl, x, spec: DynamicSpec, out, scale: np.ndarray, zp: np.ndarray) -> None:
@@ -279,20 +296,23 @@ def quantize_dynamic(
     (PackedCodes([[130, 100],
                  [ 33, 125]], dtype=uint8, format='int4'), array([0.05333333, 1.        ], dtype=float32))
     """
+    lazy = is_dask_array(x)
     device = is_device_array(x)
-    x = device_float_input(x)
+    x = device_float_input(x, lazy=lazy)
     spec = make_spec(x.shape, dtype, axis, block_size, mapping, quant_min, quant_max, eps, scale_op, narrow_range,
                      packed)
+    if lazy:
+        arguments = {"dtype": dtype, "mapping": mapping, "quant_min": quant_min, "quant_max": quant_max, "eps": eps,
+                     "narrow_range": narrow_range, "scale_op": scale_op, "backend": backend}
+        per_chunk = functools.partial(quantize_dynamic, packed=packed, **arguments)
+        return _lazy(x, spec, block_size, per_chunk, arguments, codes=True)
     fmt = spec.format
-    shape = x.shape[:-1] + (x.shape[-1] // fmt.codes_per_byte,) if spec.packed else x.shape
-    code_dtype = np.uint8 if spec.packed else fmt.dtype
     impl = resolve_backend(backend, (x,)) if x.size else None  # an empty input runs no kernel
-    codes = device_result(None, shape, code_dtype) if device else np.empty(shape, code_dtype)
+    codes, store = _codes(x, spec, device)
     if impl is None:
         scale, zp = _empty_input_qparams(spec, device)
     else:
         scale, zp = _qparams_arrays(spec.layout.grid, device)
-        store = codes.view(np.uint8 if spec.packed else fmt.storage)
         if spec.fused_rows() is None or not impl.quantize_dynamic(x, spec, store, scale, zp):
             # Two passes: the block-grid qparams (on the host, small), then the backend's static quantize kernel.
             s_host, z_host = _qparams_arrays(spec.layout.grid, False)
@@ -303,3 +323,52 @@ def quantize_dynamic(
     if spec.packed and not device:
         codes = PackedCodes(codes, fmt.name)
     return codes, scale.reshape(pshape), zp.reshape(pshape)
+
+
+def _quantize_given(x, scale, zero_point, dtype, *, axis=None, block_size=None, mapping="symmetric", quant_min=None,
+                    quant_max=None, eps=None, narrow_range=None, scale_op=None, packed=False, backend=None):
+    """The codes :func:`quantize_dynamic` gives ``x`` with the block-grid qparams ``scale``/``zero_point``.
+
+    The second pass of a chunked (dask) :func:`quantize_dynamic` whose qparams span
+    several chunks: NaN and inf scales are allowed (their blocks become the zero point).
+    """
+    x = device_float_input(x)
+    spec = make_spec(x.shape, dtype, axis, block_size, mapping, quant_min, quant_max, eps, scale_op, narrow_range,
+                     packed)
+    codes, store = _codes(x, spec, False)
+    if x.size:
+        impl = resolve_backend(backend, (x,))
+        _quantize_with_qparams(impl, x, spec, store, np.asarray(scale), np.asarray(zero_point))
+    return PackedCodes(codes, spec.format.name) if spec.packed else codes
+
+
+def _lazy(x, spec: DynamicSpec, block_size, per_chunk, arguments: dict, codes: bool):
+    """:func:`choose_qparams` or (``codes``) :func:`quantize_dynamic` of a dask array; ``per_chunk`` is the call.
+
+    One pass (``per_chunk`` on every chunk, aligned to the blocks) when each block lies in
+    one chunk; two passes when the chunks split a block (per-tensor, per-channel across
+    chunks): the block keys reduced over the chunks, the qparams from them, then
+    :func:`_quantize_given` on every chunk.
+    """
+    from ._dask import engine
+
+    fmt = spec.format
+    outputs = [engine.Output("grid", np.dtype(np.float32)), engine.Output("grid", np.dtype(np.int32))]
+    code_output = engine.Output("data", np.dtype(np.uint8) if spec.packed else fmt.dtype,
+                                (fmt.codes_per_byte, 1) if spec.packed else engine.NO_PACK,
+                                fmt.name if spec.packed else None)
+    token = "nbquant-quantize-dynamic" if codes else "nbquant-choose-qparams"
+    if not engine.split_dims(x, spec.layout):
+        results = engine.map_layout(per_chunk, x, spec.layout, [code_output] * codes + outputs, token=token)
+    else:
+        lo, hi = engine.block_keys(x, spec.layout, spec.use_minmax, arguments["backend"])
+        choose = functools.partial(choose_qparams, **arguments)
+        qparams = [engine.Output("data", o.dtype) for o in outputs]
+        results = engine.map_grids(engine.qparams_from_keys, [lo, hi], qparams, token=f"{token}-qparams",
+                                   choose=choose, use_minmax=spec.use_minmax)
+        if codes:
+            given = functools.partial(_quantize_given, packed=spec.packed, **arguments)
+            results = engine.map_layout(given, x, spec.layout, [code_output], token=token,
+                                        params={"scale": results[0], "zero_point": results[1]}) + results
+    pshape = _param_shape(spec.layout, block_size)
+    return (*results[:-2], results[-2].reshape(pshape), results[-1].reshape(pshape))

@@ -29,6 +29,7 @@ from .backends import (
     is_device_array,
     resolve_backend,
 )
+from .backends.interface import key_floats
 from .formats import get_format
 from .layout import BlockLayout, as_int, param_grid, resolve_layout
 from .spec import NO_FLOAT_FORMAT, AmaxSpec, DynamicSpec
@@ -66,9 +67,7 @@ def _negative_min(x, backend) -> bool:
     if not is_device_array(x):
         return bool(x.min() < 0)
     spec = DynamicSpec.reduction(resolve_layout(tuple(x.shape)), use_minmax=True)
-    keys = np.concatenate(resolve_backend(backend, (x,)).reduce_keys(x, spec)).astype(np.int64)
-    bits = np.where(keys >= 0, keys, (-keys - 1) | 0x80000000).astype(np.uint32)  # order keys -> float32 bits
-    lo, hi = bits.view(np.float32)
+    lo, hi = key_floats(np.concatenate(resolve_backend(backend, (x,)).reduce_keys(x, spec)))
     return not (np.isnan(lo) or np.isnan(hi)) and bool(lo < 0)
 
 

@@ -8,14 +8,17 @@ scales may then be centred and quantized to ``scale_bits``-bit integers per grou
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from ._dask import any_dask_array, is_dask_array
 from .backends import device_copy, device_float_input, host_array, is_device_array, resolve_backend
 from .block_formats import check_blocking, empty_result
 from .formats import get_format
+from .layout import resolve_layout
 from .spec import BlockSpec
 from .validation import check_int, check_out_dtype
 
@@ -63,8 +66,14 @@ class NF4Quantized:
         """
         if self.double_scales is None:
             return self.scales
-        groups = host_array(self.scales).reshape(host_array(self.double_scales).size, -1).astype(np.float32)
-        return (groups / host_array(self.double_scales)[:, None] + self.scale_mean).reshape(-1)
+        if any_dask_array(self.scales, self.double_scales, self.scale_mean):
+            from ._dask import engine
+
+            layout = resolve_layout(tuple(self.scales.shape), 0, int(self.scales.size) // int(self.double_scales.size))
+            return engine.map_layout(_scale_values, self.scales, layout, [engine.Output("data", np.dtype(np.float32))],
+                                     params={"double_scales": self.double_scales}, arguments=False,
+                                     token="nbquant-nf4-scales", mean=self.scale_mean)[0]
+        return _scale_values(host_array(self.scales), host_array(self.double_scales), self.scale_mean)
 
     def dequantize(self, out_dtype: npt.DTypeLike = np.float32, backend: str | None = None) -> np.ndarray:
         """Decode back to floats: ``table[code] * scale`` per block, in the input's shape.
@@ -89,8 +98,16 @@ class NF4Quantized:
         (array([242, 167], dtype=uint8), array([ 1.        , -0.5234375 ,  0.24609375,  0.        ], dtype=float32))
         """
         spec = BlockSpec(get_format("uint4"), self.block_size, True, out_dtype=check_out_dtype(out_dtype))
-        impl = resolve_backend(backend, (self.data,))
         n = int(np.prod(self.shape, dtype=np.int64))
+        if any_dask_array(self.data, self.scales, self.double_scales, self.scale_mean):
+            from ._dask import engine
+
+            flat = engine.map_layout(_dequantize_flat, self.data, resolve_layout((n,), 0, self.block_size),
+                                     [engine.Output("data", spec.out_dtype)], params={"scales": self.block_scales()},
+                                     pack=(2, 1), arguments=False, token="nbquant-nf4-dequantize",
+                                     block_size=self.block_size, out_dtype=spec.out_dtype, backend=backend)[0]
+            return flat.reshape(self.shape)
+        impl = resolve_backend(backend, (self.data,))
         out = empty_result((1, n), spec.out_dtype, is_device_array(self.data))
         if n:
             scales = self.block_scales()
@@ -98,23 +115,38 @@ class NF4Quantized:
         return out.reshape(self.shape)
 
 
-def double_quantize_scales(scales: np.ndarray, scale_block_size: int, scale_bits: int,
-                           empty_group_scale: float = 1.0):
-    """modelopt ``NF4QTensor.double_quantization`` on block scales (small: 1/block of the data).
+def _scale_values(scales: np.ndarray, double_scales: np.ndarray, mean) -> np.ndarray:
+    """Double-quantized block scales decoded: ``q / double_scale + mean`` per group of scales."""
+    groups = scales.reshape(double_scales.size, -1).astype(np.float32)
+    return (groups / double_scales[:, None] + mean).reshape(-1)
 
-    The arithmetic is in the scales' dtype (float32 here; a half type in the modelopt
-    compat), each operation rounded to it. ``mean`` is the float64 mean rounded to that
-    dtype (torch sums in float32, so the mean may differ in its last bit);
-    ``double_scale = fl(fl(1 / amax) * maxbound)`` per scale block as torch evaluates
-    ``maxbound / amax``; a scale block whose centred scales are all zero gets
-    ``empty_group_scale`` (modelopt divides by zero there: pass ``inf`` to reproduce it).
-    NaN codes become 0.
+
+def _dequantize_flat(data: np.ndarray, scales: np.ndarray, *, block_size: int, out_dtype, backend) -> np.ndarray:
+    """One chunk of a flattened NF4 tensor dequantized (its codes and float32 block scales)."""
+    return NF4Quantized(data, scales, (data.size * 2,), block_size).dequantize(out_dtype, backend)
+
+
+def _scale_mean(scales: np.ndarray):
+    """The mean of double quantization: the float64 mean rounded to the scales' dtype (torch sums in float32, so its
+    mean may differ in the last bit)."""
+    return np.float32(np.mean(scales, dtype=np.float64)).astype(scales.dtype)
+
+
+def _double_quantize(scales: np.ndarray, mean, scale_block_size: int, scale_bits: int,
+                     empty_group_scale: float = 1.0):
+    """modelopt ``NF4QTensor.double_quantization`` on block scales (small: 1/block of the data), given the mean.
+
+    The arithmetic is in the scales' dtype (float32 in the core; a half type in the modelopt
+    compat), each operation rounded to it: ``double_scale = fl(fl(1 / amax) * maxbound)`` per
+    scale block as torch evaluates ``maxbound / amax``; a scale block whose centred scales
+    are all zero gets ``empty_group_scale`` (modelopt divides by zero there: ``inf``
+    reproduces it). NaN codes become 0. Returns the int8 scales and the double scales.
     """
     dtype = scales.dtype
     f32 = np.float32
     maxbound = f32(2 ** (scale_bits - 1) - 1)
-    mean = f32(np.mean(scales, dtype=np.float64)).astype(dtype)
-    centred = (scales.astype(f32) - mean.astype(f32)).astype(dtype).reshape(-1, scale_block_size)
+    centred = (scales.astype(f32) - np.asarray(mean).astype(dtype).astype(f32)).astype(dtype)
+    centred = centred.reshape(-1, scale_block_size)
     amax = np.max(np.abs(centred.astype(f32)), axis=1)
     with np.errstate(divide="ignore"):
         recip = (f32(1) / amax).astype(dtype).astype(f32)
@@ -122,14 +154,25 @@ def double_quantize_scales(scales: np.ndarray, scale_block_size: int, scale_bits
     with np.errstate(invalid="ignore"):
         q = np.clip(np.rint((centred.astype(f32) * double[:, None].astype(f32)).astype(dtype).astype(f32)),
                     -maxbound, maxbound)
-    return np.where(np.isnan(q), 0, q).astype(np.int8).reshape(-1), double, mean
+    return np.where(np.isnan(q), 0, q).astype(np.int8).reshape(-1), double
 
 
-def _check_finite_blocks(amax: np.ndarray, block_size: int) -> None:
-    """Refuse NaN or inf data, found from the block amax (no extra pass): NF4 scales are ``max |x|``."""
+def double_quantize_scales(scales: np.ndarray, scale_block_size: int, scale_bits: int,
+                           empty_group_scale: float = 1.0):
+    """:func:`_double_quantize` with the mean of ``scales``: returns ``(int8 scales, double scales, mean)``."""
+    mean = _scale_mean(scales)
+    q, double = _double_quantize(scales, mean, scale_block_size, scale_bits, empty_group_scale)
+    return q, double, mean
+
+
+def _check_finite_blocks(amax: np.ndarray, block_size: int, first: int = 0) -> None:
+    """Refuse NaN or inf data, found from the block amax (no extra pass): NF4 scales are ``max |x|``.
+
+    ``amax`` holds the scales of blocks ``first, first + 1, ...`` of the flattened input.
+    """
     bad = ~np.isfinite(amax)
     if bad.any():
-        block = int(np.argmax(bad))
+        block = first + int(np.argmax(bad))
         raise ValueError(f"x holds NaN or inf (in elements {block * block_size} to {(block + 1) * block_size - 1} "
                          f"of the flattened input); NF4 quantizes finite data only: a NaN or inf block scale would "
                          f"decode the whole block (and, with double quantization, every scale) to NaN")
@@ -156,7 +199,8 @@ def quantize_nf4(
     ----------
     x : array_like
         float32, float16, bfloat16 or float64; ``x.size`` a multiple of ``block_size``.
-        A CUDA device array stays on its device; the result then holds device arrays.
+        A CUDA device array stays on its device; the result then holds device arrays. A
+        dask array gives a result of dask arrays (docs/dask.md).
     block_size : int
         Elements per scale (even).
     scale_block_size : int, optional
@@ -186,28 +230,71 @@ def quantize_nf4(
     >>> nq.scales.dtype, nq.double_scales.shape
     (dtype('int8'), (4,))
     """
-    x = device_float_input(x)
+    lazy = is_dask_array(x)
+    x = device_float_input(x, lazy=lazy)
     _, b = check_blocking((int(x.size),), 0, block_size, True)
     scale_bits = check_int("scale_bits", scale_bits, low=2, high=8)
+    sb = None
     if scale_block_size is not None:
         nblocks = x.size // b
         sb = check_int("scale_block_size", scale_block_size)
         if sb < 1 or nblocks % sb:
             raise ValueError(f"scale_block_size={scale_block_size!r} must be a positive int dividing the number of "
                              f"blocks, {nblocks} (x.size={x.size} / block_size={b})")
-    impl = resolve_backend(backend, (x,))
-    spec = BlockSpec(get_format("uint4"), b, True)
-    device = is_device_array(x)
-    n = int(x.size)
-    codes = empty_result((1, n // 2), np.uint8, device)
-    scales = empty_result((1, n // b), np.float32, device)
-    if n:
-        impl.nf4_quantize(x.reshape((1, n)), spec, codes, scales)
-        _check_finite_blocks(host_array(scales).reshape(-1), b)
-    if scale_block_size is None:
-        return NF4Quantized(codes.reshape(n // 2), scales.reshape(n // b), tuple(x.shape), b)
+    if lazy:
+        return _lazy(x, b, sb, scale_bits, backend)
+    codes, scales = _blocks(x, b, backend)
+    if sb is None:
+        return NF4Quantized(codes, scales, tuple(x.shape), b)
     # Double quantization works on the scales (1/block_size of the data) on the host.
-    q, double, mean = double_quantize_scales(host_array(scales).reshape(-1), sb, scale_bits)
-    if device:
+    host = host_array(scales)
+    mean = _scale_mean(host)
+    q, double = _double_quantize(host, mean, sb, scale_bits)
+    if is_device_array(x):
         q, double = device_copy(q), device_copy(double)
-    return NF4Quantized(codes.reshape(n // 2), q, tuple(x.shape), b, double, mean)
+    return NF4Quantized(codes, q, tuple(x.shape), b, double, mean)
+
+
+def _blocks(x, block_size: int, backend, block_info=None) -> tuple[np.ndarray, np.ndarray]:
+    """The packed codes and float32 block scales of the flattened ``x`` (one fused kernel pass).
+
+    NaN or inf is refused naming its elements; ``block_info`` (dask's, for a chunk of the
+    flattened input) says where the chunk starts.
+    """
+    x = device_float_input(x)
+    n = int(x.size)
+    codes = empty_result((1, n // 2), np.uint8, is_device_array(x))
+    scales = empty_result((1, n // block_size), np.float32, is_device_array(x))
+    if n:
+        resolve_backend(backend, (x,)).nf4_quantize(x.reshape((1, n)), BlockSpec(get_format("uint4"), block_size, True),
+                                                    codes, scales)
+        first = block_info[0]["array-location"][0][0] // block_size if block_info else 0
+        _check_finite_blocks(host_array(scales).reshape(-1), block_size, first)
+    return codes.reshape(n // 2), scales.reshape(n // block_size)
+
+
+def _lazy(x, block_size: int, scale_block_size: int | None, scale_bits: int, backend) -> NF4Quantized:
+    """:func:`quantize_nf4` of a dask array: one pass over chunks of whole blocks (and whole scale groups).
+
+    The double-quantization mean is NumPy's mean of all the block scales (its bits depend on
+    the summation order): one task over the scales, 1/``block_size`` of the data.
+    """
+    from ._dask import engine
+
+    flat = engine.as_dask(x).reshape(-1)
+    group = block_size * (scale_block_size or 1)
+    codes, scales = engine.map_layout(
+        functools.partial(_blocks, block_size=block_size, backend=backend), flat,
+        resolve_layout(tuple(flat.shape), 0, min(group, max(int(flat.size), 1))),
+        [engine.Output("data", np.dtype(np.uint8), (2, 1)),
+         engine.Output("data", np.dtype(np.float32), (block_size, 1))],
+        arguments=False, block_info=True, token="nbquant-nf4")
+    if scale_block_size is None:
+        return NF4Quantized(codes, scales, tuple(x.shape), block_size)
+    mean = scales.rechunk(-1).map_blocks(_scale_mean, drop_axis=0, dtype=np.float32, token="nbquant-nf4-mean")
+    q, double = engine.map_layout(
+        functools.partial(_double_quantize, scale_block_size=scale_block_size, scale_bits=scale_bits), scales,
+        resolve_layout(tuple(scales.shape), 0, scale_block_size),
+        [engine.Output("data", np.dtype(np.int8)), engine.Output("data", np.dtype(np.float32), (scale_block_size, 1))],
+        arguments=False, token="nbquant-nf4-double", mean=mean)
+    return NF4Quantized(codes, q, tuple(x.shape), block_size, double, mean)

@@ -4,19 +4,27 @@ The count is, in order: the last :func:`set_num_threads`, else the environment
 variable ``NBQUANT_NUM_THREADS``, else the CPUs this process may run on (its affinity
 mask). The cpu backend runs each large call as that many parts, one on the calling
 thread and the rest on a pool of worker threads (see ``nbquant/backends/cpu/_kernel.py``).
-This module imports nothing heavy: reading or setting the count starts no thread.
+Inside :func:`thread_limit` the count is capped for the calls of that thread only: the
+dask chunk calls use it so that dask's threads times nbquant's do not exceed the cores
+(docs/dask.md). This module imports nothing heavy: reading or setting the count starts no
+thread.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
-__all__ = ["get_num_threads", "set_num_threads", "ENV_VAR"]
+__all__ = ["get_num_threads", "set_num_threads", "thread_limit", "ENV_VAR"]
 
 #: The environment variable read for the default thread count.
 ENV_VAR = "NBQUANT_NUM_THREADS"
 
 _requested: list[int] = []
+#: The cap :func:`thread_limit` puts on this thread's (this context's) count; None: no cap.
+_limit: ContextVar[int | None] = ContextVar("nbquant_thread_limit", default=None)
 
 
 def _usable_cpus() -> int:
@@ -44,7 +52,8 @@ def get_num_threads() -> int:
     -------
     int
         The count set by :func:`set_num_threads`, else ``NBQUANT_NUM_THREADS``, else
-        the number of CPUs in this process's affinity mask.
+        the number of CPUs in this process's affinity mask; at most the cap of an
+        enclosing :func:`thread_limit` on this thread.
 
     Raises
     ------
@@ -58,9 +67,40 @@ def get_num_threads() -> int:
     True
     """
     if _requested:
-        return _requested[0]
-    from_env = _from_environment()
-    return from_env if from_env is not None else _usable_cpus()
+        n = _requested[0]
+    else:
+        from_env = _from_environment()
+        n = from_env if from_env is not None else _usable_cpus()
+    cap = _limit.get()
+    return n if cap is None else min(n, cap)
+
+
+@contextmanager
+def thread_limit(n: int | None) -> Iterator[None]:
+    """Cap :func:`get_num_threads` at ``n`` for the calls this thread makes inside the block (None: no cap).
+
+    The cap is a :class:`contextvars.ContextVar`: other threads, and calls that run after the
+    block, keep their count.
+
+    Parameters
+    ----------
+    n : int or None
+        The most threads one call may use, at least 1; None leaves the count as it is.
+
+    Examples
+    --------
+    >>> import nbquant
+    >>> with nbquant.threads.thread_limit(1):
+    ...     nbquant.get_num_threads()
+    1
+    """
+    if n is not None and n < 1:
+        raise ValueError(f"n={n!r}: a thread cap is at least 1 (or None for no cap)")
+    token = _limit.set(n)
+    try:
+        yield
+    finally:
+        _limit.reset(token)
 
 
 def set_num_threads(n: int) -> None:

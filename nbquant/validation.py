@@ -7,6 +7,7 @@ import math
 import ml_dtypes
 import numpy as np
 
+from ._dask import is_dask_array
 from .formats import QuantFormat
 from .interop import as_host_array
 from .layout import BlockLayout, as_int, param_grid
@@ -37,16 +38,24 @@ FLOAT_OUTPUT_DTYPES = tuple(map(np.dtype, (np.float32, np.float16, ml_dtypes.bfl
 _NAMES = "float32, float16, bfloat16 (ml_dtypes) or float64"
 
 
-def check_float_input(x, name: str = "x") -> np.ndarray:
+def _check_float_dtype(dtype: np.dtype, name: str) -> None:
+    if dtype not in FLOAT_INPUT_DTYPES:
+        raise TypeError(f"{name} has dtype {dtype}; nbquant quantizes {_NAMES} arrays. Convert it first, e.g. "
+                        f"{name}.astype(numpy.float32) (NumPy) or {name}.float() (torch)")
+
+
+def check_float_input(x, name: str = "x", *, lazy: bool = False) -> np.ndarray:
     """Return ``x`` as a C-contiguous NumPy array of a supported float dtype (copies only if not contiguous).
 
     ``x`` is read by :func:`nbquant.interop.as_host_array`: zero-copy for NumPy arrays,
-    CPU torch tensors (bfloat16 included) and CPU DLPack objects.
+    CPU torch tensors (bfloat16 included) and CPU DLPack objects. With ``lazy``, a dask
+    array is returned as it is, its dtype checked (its chunks are checked when computed).
     """
+    if lazy and is_dask_array(x):
+        _check_float_dtype(x.dtype, name)
+        return x
     arr = as_host_array(x, name)
-    if arr.dtype not in FLOAT_INPUT_DTYPES:
-        raise TypeError(f"{name} has dtype {arr.dtype}; nbquant quantizes {_NAMES} arrays. Convert it first, e.g. "
-                        f"{name}.astype(numpy.float32) (NumPy) or {name}.float() (torch)")
+    _check_float_dtype(arr.dtype, name)
     return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)  # ascontiguousarray makes 0-d 1-d
 
 
@@ -159,8 +168,14 @@ def check_finite(name: str, value, dtype=np.float32, *, positive: bool = False) 
     return converted
 
 
-def check_scale(scale, layout: BlockLayout, name: str = "scale") -> np.ndarray:
-    """Return the scale as a float32 block-grid array; every value must be finite and > 0."""
+def check_scale(scale, layout: BlockLayout, name: str = "scale", *, lazy: bool = False) -> np.ndarray:
+    """Return the scale as a float32 block-grid array; every value must be finite and > 0.
+
+    With ``lazy``, a dask scale is checked for its shape only and returned as its block
+    grid: its values are checked chunk by chunk, when computed, by this function.
+    """
+    if lazy and is_dask_array(scale):
+        return param_grid(name, scale, layout)
     return np.ascontiguousarray(param_grid(name, check_finite(name, scale, positive=True), layout))
 
 
@@ -180,6 +195,8 @@ def check_half_scale(s: np.ndarray, precision: str, x_dtype: np.dtype, passed) -
     if x_dtype == np.float64:
         raise TypeError(f"x has dtype float64; compute_dtype={precision!r} needs float32, float16 or bfloat16 input "
                         f"(cast x to {precision} or float32 first, or use compute_dtype='float32')")
+    if is_dask_array(s):  # a dask scale (check_scale with lazy=True): checked chunk by chunk when computed
+        return s
     with np.errstate(over="ignore"):
         half = s.astype(ml_dtypes.bfloat16 if precision == "bfloat16" else np.float16)
     bad = ~np.isfinite(half.astype(np.float32)) | (half == 0)
@@ -194,15 +211,19 @@ def check_half_scale(s: np.ndarray, precision: str, x_dtype: np.dtype, passed) -
     return half.astype(np.float32)
 
 
-def check_zero_point(zero_point, layout: BlockLayout, fmt: QuantFormat, integral: bool) -> np.ndarray | None:
+def check_zero_point(zero_point, layout: BlockLayout, fmt: QuantFormat, integral: bool, *,
+                     lazy: bool = False) -> np.ndarray | None:
     """Return the zero point as a float32 block-grid array, or None when absent or all zero.
 
     With ``integral`` (zero point added after rounding) every value must be an
     integer within the format's range (a float64 zero point is checked before its
     float32 rounding: 127.00001 is refused); otherwise any finite float is allowed.
+    With ``lazy``, a dask zero point is checked as :func:`check_scale` checks a dask scale.
     """
     if zero_point is None:
         return None
+    if lazy and is_dask_array(zero_point):
+        return param_grid("zero_point", zero_point, layout)
     raw = check_finite("zero_point", zero_point)
     z = param_grid("zero_point", raw, layout)
     if integral:

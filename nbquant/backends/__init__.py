@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._dask import is_dask_array
 from ..interop import as_host_array
 from ._device import is_device_array, use_cuda_stream
 from ._warning import NumbaCacheWarning
@@ -207,18 +208,23 @@ def _cuda_backend() -> Backend:
     return _load("cuda")
 
 
-def device_float_input(x, name: str = "x"):
-    """Validate a CUDA float input and return a zero-copy numba device array (host arrays: checked NumPy)."""
+def device_float_input(x, name: str = "x", *, lazy: bool = False):
+    """Validate a CUDA float input and return a zero-copy numba device array (host arrays: checked NumPy).
+
+    With ``lazy``, a dask array is returned as it is, its dtype checked.
+    """
     if not is_device_array(x):
         from ..validation import check_float_input
 
-        return check_float_input(x, name)
+        return check_float_input(x, name, lazy=lazy)
     return _cuda_backend().device_float_input(x, name)
 
 
-def device_code_input(q, name: str = "q"):
+def device_code_input(q, name: str = "q", *, lazy: bool = False):
     """Return a zero-copy numba device array of CUDA codes ``q`` (host arrays: C-contiguous NumPy, read by
-    :func:`nbquant.interop.as_host_array`)."""
+    :func:`nbquant.interop.as_host_array`; with ``lazy``, a dask array as it is)."""
+    if lazy and is_dask_array(q):
+        return q
     if is_device_array(q):
         return _cuda_backend().device_code_input(q, name)
     return np.asarray(as_host_array(q, name), order="C")

@@ -21,7 +21,7 @@ import numpy as np
 from ..layout import BlockLayout
 from ..spec import AmaxSpec, BlockSpec, DequantizeSpec, DynamicSpec, QuantizeSpec
 
-__all__ = ["Backend", "OPERATIONS"]
+__all__ = ["Backend", "OPERATIONS", "key_floats"]
 
 
 @runtime_checkable
@@ -104,3 +104,15 @@ class Backend(Protocol):
 
 #: The names of every operation of :class:`Backend` (what a test checks each backend defines).
 OPERATIONS = tuple(name for name, value in vars(Backend).items() if callable(value) and not name.startswith("_"))
+
+
+def key_floats(keys) -> np.ndarray:
+    """The float32 values of :meth:`Backend.reduce_keys` order keys, bit for bit (``-0.0`` and NaN payloads kept).
+
+    Examples
+    --------
+    >>> key_floats(np.array([-1, 0, 0x3F800000]))
+    array([-0.,  0.,  1.], dtype=float32)
+    """
+    keys = np.asarray(keys, np.int64)
+    return np.where(keys >= 0, keys, (-keys - 1) | 0x80000000).astype(np.uint32).view(np.float32)
