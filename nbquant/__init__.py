@@ -10,6 +10,7 @@ array([[ 0.094, -0.693],
        [ 2.   ,  0.504]], dtype=float32)
 """
 
+from ._memory import output_pool_bytes, set_output_pool
 from .api import dequantize, quantize
 from .backends import (
     BackendInfo,
@@ -65,6 +66,7 @@ __all__ = [
     "get_backend",
     "get_format",
     "get_num_threads",
+    "output_pool_bytes",
     "quantize",
     "quantize_dynamic",
     "quantize_mx",
@@ -74,6 +76,7 @@ __all__ = [
     "scaled_e4m3",
     "set_backend",
     "set_num_threads",
+    "set_output_pool",
     "tensor_quant",
     "use_backend",
 ]

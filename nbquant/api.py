@@ -11,6 +11,7 @@ import numpy.typing as npt
 
 from . import modes
 from ._dask import any_dask_array, packed_format
+from ._memory import host_empty
 from .backends import device_code_input, device_float_input, device_result, is_device_array, resolve_backend
 from .codes import PackedCodes
 from .formats import QuantFormat, get_format
@@ -71,7 +72,7 @@ def _result(out, shape: tuple[int, ...], dtype: np.dtype, device: bool, source, 
     if device:
         return device_result(out, shape, dtype, inputs=(source,))
     if out is None:
-        return np.empty(shape, dtype)
+        return host_empty(shape, dtype)
     return check_out(out, shape, dtype, inputs)
 
 

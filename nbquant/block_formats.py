@@ -29,11 +29,11 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
+from ._block_rows import run_block_dequantize, run_block_quantize
 from ._dask import any_dask_array, is_dask_array
 from .backends import (
     device_code_input,
     device_float_input,
-    device_result,
     is_device_array,
     resolve_backend,
 )
@@ -136,57 +136,6 @@ def check_blocking(shape: tuple[int, ...], axis, block_size, packed: bool) -> tu
     return k, b
 
 
-def _to_rows(a, axis: int):
-    """``a`` with ``axis`` last, C-contiguous, as (rows, n); a device array must be blocked along its last axis."""
-    if is_device_array(a):
-        shape = tuple(a.shape)  # the CUDA simulator's shapes refuse negative indices
-        if axis != len(shape) - 1:
-            raise ValueError(f"CUDA device arrays are blocked along their last axis only (axis={axis} of a "
-                             f"{len(shape)}-d array); nbquant does not transpose on the device, so move the axis "
-                             "last first (e.g. tensor.movedim(axis, -1).contiguous())")
-        n = shape[-1]
-        return a.reshape((int(a.size) // n if n else 0, n))
-    moved = np.ascontiguousarray(np.moveaxis(a, axis, -1))
-    return moved.reshape(-1, moved.shape[-1]) if moved.size else moved.reshape(0, moved.shape[-1])
-
-
-def _from_rows(rows, moved_shape: tuple[int, ...], axis: int):
-    if is_device_array(rows):  # blocked along the last axis: nothing moved
-        return rows.reshape(moved_shape)
-    return np.ascontiguousarray(np.moveaxis(rows.reshape(moved_shape), -1, axis))
-
-
-def _moved_shape(shape: tuple[int, ...], axis: int, last: int) -> tuple[int, ...]:
-    return tuple(n for d, n in enumerate(shape) if d != axis) + (last,)
-
-
-def empty_result(shape: tuple[int, ...], dtype, device: bool):
-    return device_result(None, shape, dtype) if device else np.empty(shape, dtype)
-
-
-def _run_block_quantize(kernel, x, spec: BlockSpec, axis: int):
-    """Run a fused block-quantize ``kernel`` with blocks along ``axis``; return (codes, scale codes) as uint8."""
-    shape = tuple(x.shape)
-    n, b = shape[axis], spec.block_size
-    rows = _to_rows(x, axis)
-    device = is_device_array(x)
-    codes = empty_result((rows.shape[0], n // 2 if spec.packed else n), np.uint8, device)
-    scales = empty_result((rows.shape[0], n // b), np.uint8, device)
-    if rows.size:
-        kernel(rows, spec, codes, scales)
-    return (_from_rows(codes, _moved_shape(shape, axis, codes.shape[1]), axis),
-            _from_rows(scales, _moved_shape(shape, axis, n // b), axis))
-
-
-def _run_block_dequantize(kernel, data, scales, spec: BlockSpec, axis: int, n: int):
-    """Run a block-dequantize ``kernel`` with blocks along ``axis`` (unpacked length ``n``)."""
-    codes = _to_rows(data.view(np.uint8), axis)
-    out = empty_result((codes.shape[0], n), spec.out_dtype, is_device_array(data))
-    if out.size:
-        kernel(codes, _to_rows(scales.view(np.uint8), axis), spec, out)
-    return _from_rows(out, _moved_shape(tuple(data.shape), axis, n), axis)
-
-
 def _mx_spec(format: str, block_size: int, packed, round_up: bool = False, out_dtype=np.float32) -> BlockSpec:
     name = check_choice("format", format, tuple(MX_FORMATS))
     element_name, emax = MX_FORMATS[name]
@@ -260,7 +209,7 @@ def quantize_mx(
         data_dtype = np.dtype(np.uint8) if spec.packed else spec.element.dtype
         return _lazy_quantize(per_chunk, x, name, k, b, spec.packed, data_dtype, ml_dtypes.float8_e8m0fnu, None)
     impl = resolve_backend(backend, (x,))
-    data, scales = _run_block_quantize(impl.mx_quantize, x, spec, k)
+    data, scales = run_block_quantize(impl.mx_quantize, x, spec, k)
     if not spec.packed:
         data = data.view(spec.element.dtype)
     return BlockQuantized(data, scales.view(ml_dtypes.float8_e8m0fnu), name, k, b, spec.packed)
@@ -340,7 +289,7 @@ def dequantize_mx(
         return _lazy_dequantize(per_chunk, data, scales, k, b, n, spec)
     spec = BlockSpec(spec.element, b, spec.packed, spec.emax, spec.max_value, False, 1.0, spec.out_dtype)
     impl = resolve_backend(backend, (data,))
-    return _run_block_dequantize(impl.mx_dequantize, data, scales, spec, k, n)
+    return run_block_dequantize(impl.mx_dequantize, data, scales, spec, k, n)
 
 
 def _amax_global_scale(amax) -> np.float32:
@@ -418,7 +367,7 @@ def _quantize_nvfp4(x, global_scale, axis: int, block_size: int, backend) -> Blo
     x = device_float_input(x)
     g = np.float32(global_scale)
     spec = BlockSpec(get_format("float4_e2m1fn"), block_size, True, global_scale=g)
-    data, scales = _run_block_quantize(resolve_backend(backend, (x,)).nvfp4_quantize, x, spec, axis)
+    data, scales = run_block_quantize(resolve_backend(backend, (x,)).nvfp4_quantize, x, spec, axis)
     return BlockQuantized(data, scales.view(ml_dtypes.float8_e4m3fn), "nvfp4", axis, block_size, True, g)
 
 
@@ -486,7 +435,7 @@ def _dequantize_nvfp4(data, scales, global_scale, axis, block_size, out_dtype, b
         return _lazy_dequantize(per_chunk, data, scales, k, b, n, spec, global_scale=global_scale)
     impl = resolve_backend(backend, (data,))
     spec = BlockSpec(spec.element, b, True, global_scale=np.float32(global_scale), out_dtype=spec.out_dtype)
-    return _run_block_dequantize(impl.nvfp4_dequantize, data, scales, spec, k, n)
+    return run_block_dequantize(impl.nvfp4_dequantize, data, scales, spec, k, n)
 
 
 def _parts(quantize, x, **arguments) -> tuple:

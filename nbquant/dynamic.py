@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._dask import is_dask_array
+from ._memory import host_empty
 from .backends import device_copy, device_float_input, device_result, is_device_array, resolve_backend
 from .codes import PackedCodes
 from .formats import get_format
@@ -196,7 +197,7 @@ def _codes(x, spec: DynamicSpec, device: bool):
     fmt = spec.format
     shape = tuple(x.shape[:-1]) + (x.shape[-1] // fmt.codes_per_byte,) if spec.packed else tuple(x.shape)
     code_dtype = np.uint8 if spec.packed else fmt.dtype
-    codes = device_result(None, shape, code_dtype) if device else np.empty(shape, code_dtype)
+    codes = device_result(None, shape, code_dtype) if device else host_empty(shape, code_dtype)
     return codes, codes.view(np.uint8 if spec.packed else fmt.storage)
 
 

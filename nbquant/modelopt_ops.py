@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from ._memory import host_empty
 from .backends import (
     device_copy,
     device_float_input,
@@ -54,7 +55,7 @@ def _out_dtype(x) -> np.dtype:
 
 def _empty_like_input(x, dtype):
     """A new result of ``x``'s shape: on the device for a device ``x``."""
-    return device_result(None, tuple(x.shape), dtype) if is_device_array(x) else np.empty(x.shape, dtype)
+    return device_result(None, tuple(x.shape), dtype) if is_device_array(x) else host_empty(tuple(x.shape), dtype)
 
 
 def _like_input(x, a: np.ndarray):

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from ._block_rows import empty_result
 from ._dask import any_dask_array, is_dask_array
 from .backends import device_copy, device_float_input, host_array, is_device_array, resolve_backend
-from .block_formats import check_blocking, empty_result
+from .block_formats import check_blocking
 from .formats import get_format
 from .layout import resolve_layout
 from .spec import BlockSpec
