@@ -50,33 +50,46 @@ def _block_range(unit, ntiles, tile, nblocks):
 def mx_quantize_kernel(part, parts, x, block, emax, max_mantissa, round_up, fp, is_int, packed, tile, codes, scales):
     """Quantize rows of ``x`` (rows, n) in blocks of ``block``: E8M0 ``scales`` (rows, n / block) and ``codes``.
 
-    ``codes`` is (rows, n), or (rows, n / 2) with 4-bit codes packed low nibble first.
+    ``codes`` is (rows, n), or (rows, n / 2) with 4-bit codes packed low nibble first. A
+    work unit takes a tile of blocks in loops that vectorize (as the NVFP4 kernel does):
+    block amaxes, scale codes across blocks, each block's multiplier spread over its
+    elements, one long encoding loop, and the packing.
     """
     rows, n = x.shape
     nblocks = n // block
     ntiles = (nblocks + tile - 1) // tile
     first, last = part_range(rows * ntiles, part, parts)
+    amaxes = np.empty(tile, np.int64)
+    per_block = np.empty(tile, np.float32)
+    factors = np.empty(tile * block, np.float32)
+    buffer = np.empty(tile * block if packed else 0, np.uint8)
     for unit in range(first, last):
         r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
-        for b in range(b0, b1):
-            xs = x[r, b * block:(b + 1) * block]
-            code = mx_scale_code(absmax_bits(xs), emax, max_mantissa, round_up)
-            scales[r, b] = code
-            inv = mx_inverse_scale(code)
-            if packed:
-                os = codes[r, b * block // 2:(b + 1) * block // 2]
-                for j in range(os.size):
-                    c0 = encode_fp(load_f32(xs[2 * j]) * inv, fp, True)
-                    c1 = encode_fp(load_f32(xs[2 * j + 1]) * inv, fp, True)
-                    os[j] = pack_pair(c0, c1)
-            elif is_int:
-                os = codes[r, b * block:(b + 1) * block]
-                for i in range(os.size):
-                    os[i] = mx_int8(load_f32(xs[i]) * inv)
-            else:
-                os = codes[r, b * block:(b + 1) * block]
-                for i in range(os.size):
-                    os[i] = encode_fp(load_f32(xs[i]) * inv, fp, True)
+        xs = x[r, b0 * block:b1 * block]
+        m = b1 - b0
+        for b in range(m):
+            amaxes[b] = absmax_bits(xs[b * block:(b + 1) * block])
+        ss = scales[r, b0:b1]
+        for b in range(m):
+            code = mx_scale_code(amaxes[b], emax, max_mantissa, round_up)
+            ss[b] = code
+            per_block[b] = mx_inverse_scale(code)
+        for b in range(m):
+            _fill(factors[b * block:(b + 1) * block], per_block[b])
+        fs = factors[:xs.size]
+        if packed:
+            bs = buffer[:xs.size]
+            for i in range(bs.size):
+                bs[i] = encode_fp(load_f32(xs[i]) * fs[i], fp, True)
+            _pack_pairs(bs, codes[r, b0 * block // 2:b1 * block // 2])
+        elif is_int:
+            os = codes[r, b0 * block:b1 * block]
+            for i in range(os.size):
+                os[i] = mx_int8(load_f32(xs[i]) * fs[i])
+        else:
+            os = codes[r, b0 * block:b1 * block]
+            for i in range(os.size):
+                os[i] = encode_fp(load_f32(xs[i]) * fs[i], fp, True)
 
 
 @cpu_kernel
@@ -110,24 +123,51 @@ def mx_dequantize_kernel(part, parts, codes, scales, block, fp, is_int, packed, 
 def nvfp4_quantize_kernel(part, parts, x, block, global_scale, six_global, tile, codes, scales):
     """NVFP4: e2m1 codes packed two per byte ``codes`` (rows, n / 2), e4m3 block ``scales`` (rows, n / block).
 
-    Elements are ``e2m1(x / (e4m3_scale * global_scale))``, saturating at 6.
+    Elements are ``e2m1(x / (e4m3_scale * global_scale))``, saturating at 6. A work unit
+    takes a tile of blocks in loops that vectorize: the block amaxes, the block scales
+    (across blocks), each block's divisor spread over its elements, one long loop of
+    divisions and encodings into a byte buffer (a 16-element block loop with strided pairs
+    does not vectorize), and the packing.
     """
     rows, n = x.shape
     nblocks = n // block
     ntiles = (nblocks + tile - 1) // tile
     first, last = part_range(rows * ntiles, part, parts)
+    amaxes = np.empty(tile, np.float32)
+    per_block = np.empty(tile, np.float32)
+    divisors = np.empty(tile * block, np.float32)
+    buffer = np.empty(tile * block, np.uint8)
     for unit in range(first, last):
         r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
-        for b in range(b0, b1):
-            xs = x[r, b * block:(b + 1) * block]
-            code = nvfp4_block_scale(bits_f32(absmax_bits(xs)), six_global)
-            scales[r, b] = code
-            denom = decode_fp(code, E4M3) * global_scale
-            os = codes[r, b * block // 2:(b + 1) * block // 2]
-            for j in range(os.size):
-                c0 = encode_fp(load_f32(xs[2 * j]) / denom, E2M1, True)
-                c1 = encode_fp(load_f32(xs[2 * j + 1]) / denom, E2M1, True)
-                os[j] = pack_pair(c0, c1)
+        xs = x[r, b0 * block:b1 * block]
+        m = b1 - b0
+        for b in range(m):
+            amaxes[b] = bits_f32(absmax_bits(xs[b * block:(b + 1) * block]))
+        ss = scales[r, b0:b1]
+        for b in range(m):  # the block scales, vectorized across blocks
+            code = nvfp4_block_scale(amaxes[b], six_global)
+            ss[b] = code
+            per_block[b] = decode_fp(code, E4M3) * global_scale
+        for b in range(m):
+            _fill(divisors[b * block:(b + 1) * block], per_block[b])
+        ds = divisors[:xs.size]
+        bs = buffer[:xs.size]
+        for i in range(bs.size):
+            bs[i] = encode_fp(load_f32(xs[i]) / ds[i], E2M1, True)
+        _pack_pairs(bs, codes[r, b0 * block // 2:b1 * block // 2])
+
+
+@element_function
+def _fill(vs, v):
+    for i in range(vs.size):
+        vs[i] = v
+
+
+@element_function
+def _pack_pairs(bs, os):
+    """Two 4-bit codes of ``bs`` per byte of ``os``, the first in the low nibble."""
+    for j in range(os.size):
+        os[j] = pack_pair(bs[2 * j], bs[2 * j + 1])
 
 
 @cpu_kernel
@@ -151,20 +191,32 @@ def nvfp4_dequantize_kernel(part, parts, codes, scales, block, global_scale, til
 @cpu_kernel
 def nf4_quantize_kernel(part, parts, x, block, tile, codes, scales):
     """NF4: per-block ``amax`` into ``scales`` (rows, n / block) and table indices of ``x / amax`` packed two per
-    byte into ``codes`` (rows, n / 2), the first element in the HIGH nibble (modelopt's layout)."""
+    byte into ``codes`` (rows, n / 2), the first element in the HIGH nibble (modelopt's layout).
+
+    A work unit takes a tile of blocks as the NVFP4 kernel does: amaxes, the divisors
+    spread over the elements, one long loop of table searches, the packing.
+    """
     rows, n = x.shape
     nblocks = n // block
     ntiles = (nblocks + tile - 1) // tile
     first, last = part_range(rows * ntiles, part, parts)
+    divisors = np.empty(tile * block, np.float32)
+    buffer = np.empty(tile * block, np.uint8)
     for unit in range(first, last):
         r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
-        for b in range(b0, b1):
-            xs = x[r, b * block:(b + 1) * block]
-            amax = bits_f32(absmax_bits(xs))
-            scales[r, b] = amax
-            os = codes[r, b * block // 2:(b + 1) * block // 2]
-            for j in range(os.size):
-                os[j] = pack_nf4_pair(nf4_code(load_f32(xs[2 * j]) / amax), nf4_code(load_f32(xs[2 * j + 1]) / amax))
+        xs = x[r, b0 * block:b1 * block]
+        ss = scales[r, b0:b1]
+        for b in range(b1 - b0):
+            amax = bits_f32(absmax_bits(xs[b * block:(b + 1) * block]))
+            ss[b] = amax
+            _fill(divisors[b * block:(b + 1) * block], amax)
+        ds = divisors[:xs.size]
+        bs = buffer[:xs.size]
+        for i in range(bs.size):
+            bs[i] = nf4_code(load_f32(xs[i]) / ds[i])
+        os = codes[r, b0 * block // 2:b1 * block // 2]
+        for j in range(os.size):
+            os[j] = pack_nf4_pair(bs[2 * j], bs[2 * j + 1])
 
 
 @cpu_kernel
