@@ -115,6 +115,10 @@ def _tinygemm_dq(**kw):
             "input_dtype": "uint4", **kw}
 
 
+def _ao_asym(**kw):
+    return {"input": X, "mapping_type": "ASYMMETRIC", "block_size": (2, 32), "target_dtype": "uint4", **kw}
+
+
 def _ao_fake(**kw):
     return {"input": X, "block_size": (2, 32), "scale": 0.5, "zero_point": 0, "quant_dtype": "int8", **kw}
 
@@ -265,6 +269,20 @@ ROWS = [
     *_rows(torchao.choose_qparams_affine_with_min_max, _ao_minmax, "min_val", "finite",
            extra=[np.array([2.0], np.float32), np.array([-1.0, -2.0], np.float32), np.array([-1.0])]),
     *_rows(torchao.choose_qparams_affine_with_min_max, _ao_minmax, "mapping_type", "choice"),
+    *_rows(torchao._choose_qparams_affine_tinygemm, _ao_asym, "eps", "positive", **NONE_OK),
+    *_rows(torchao._choose_qparams_affine_tinygemm, _ao_asym, "mapping_type", "choice", extra=["SYMMETRIC"]),
+    *_rows(torchao._choose_qparams_affine_dont_preserve_zero, _ao_asym, "quant_min", "int", allowed=[None],
+           extra=[-3.7]),
+    *_rows(torchao._choose_qparams_affine_dont_preserve_zero, _ao_asym, "block_size", "count",
+           extra=[(True, 32), (0, 32), (2.5, 32)]),
+    *_rows(torchao._choose_qparams_affine_floatx, lambda: {"tensor": X, "ebits": 3, "mbits": 2}, "ebits", "count",
+           extra=[4, 9]),
+    *_rows(torchao._quantize_affine_floatx, lambda: {"tensor": X, "scale": np.ones(2, np.float32), "ebits": 3,
+                                                     "mbits": 2}, "scale", "positive"),
+    *_rows(torchao._dequantize_affine_floatx, lambda: {"tensor": np.zeros((2, 32), np.uint8),
+                                                       "scale": np.ones(2, np.float32), "ebits": 3, "mbits": 2},
+           "mbits", "count", extra=[5]),
+    *_rows(nbquant.set_output_pool, lambda: {"max_bytes": 1 << 20}, "max_bytes", "int", extra=[-1]),
     *_rows(modelopt.tensor_quant, lambda: {"inputs": X, "amax": 1.0}, "amax", "amax", **NONE_OK),
     *_rows(modelopt.tensor_quant, lambda: {"inputs": X, "amax": 1.0}, "num_bits", "count", extra=[8.5]),
     *_rows(modelopt.fake_tensor_quant, lambda: {"inputs": X, "amax": 1.0}, "amax", "amax", **NONE_OK),
@@ -319,9 +337,7 @@ def test_bad_argument_is_refused_naming_it_and_showing_its_value(fn, build, arg,
     assert not shown or any(s in message for s in shown), message
 
 
-REFUSED = [torchao._choose_qparams_affine_tinygemm, torchao._choose_qparams_affine_dont_preserve_zero,
-           torchao._choose_qparams_affine_floatx, torchao._quantize_affine_floatx, torchao._dequantize_affine_floatx,
-           torchao._choose_qparams_and_quantize_affine_hqq, torchao._choose_qparams_gguf, torchao._quantize_gguf,
+REFUSED = [torchao._choose_qparams_and_quantize_affine_hqq, torchao._choose_qparams_gguf, torchao._quantize_gguf,
            torchao._dequantize_gguf]
 
 
@@ -339,7 +355,7 @@ def test_every_public_function_has_rows():
     covered = {fn for fn, *_ in ROWS}
     no_numeric_arguments = {
         nbquant.get_backend, nbquant.backends, nbquant.set_backend, nbquant.use_backend,  # backend names
-        nbquant.get_format, nbquant.get_num_threads,  # a format name; nothing
+        nbquant.get_format, nbquant.get_num_threads, nbquant.output_pool_bytes,  # a format name; nothing
         nbquant.set_num_threads,  # threads.py: checked there (tests/test_threads.py)
         onnx.dynamic_quantize_linear,  # x only
         torchao._dequantize_affine_no_zero_point,  # dequantize_affine's checks, zero_point must be None

@@ -53,7 +53,7 @@ def test_the_qparams_variants_and_floatx_helpers_refuse_bad_arguments():
     x = np.array([[1.0, -2.0, 3.0, 4.0]], np.float32)
     with pytest.raises(ValueError, match="'SYMMETRIC'"):
         ta._choose_qparams_affine_tinygemm(x, "SYMMETRIC", (1, 4), "uint4")
-    with pytest.raises(NotImplementedError, match="ebits=4, mbits=3"):
+    with pytest.raises(ValueError, match="ebits=4, mbits=3"):
         ta._choose_qparams_affine_floatx(x, 4, 3)
     with pytest.raises(ValueError, match="2-d tensor"):
         ta._choose_qparams_affine_floatx(x[0], 3, 2)

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import api
-from ..validation import check_int
+from ..validation import as_real_array, check_finite, check_float_scalar, check_int
 from ._common import dtype_key
 from .torchao_affine import _bounds, _grid, _input, _target
 
@@ -64,7 +64,7 @@ def _asymmetric_scale(x: np.ndarray, mapping_type, block_size, target_dtype, qua
     qmin, qmax = _bounds(key, quant_min, quant_max)
     lo, hi, shape = _block_min_max(x, block_size)
     dt = x.dtype
-    floor = ml_dtypes.finfo(dt).smallest_normal if eps is None else eps
+    floor = ml_dtypes.finfo(dt).smallest_normal if eps is None else check_float_scalar("eps", eps, positive=True)
     with np.errstate(invalid="ignore", over="ignore"):
         span = (hi.astype(_F32) - lo.astype(_F32)).astype(dt)
         scale = (span.astype(_F32) / _F32(qmax - qmin)).astype(dt)
@@ -176,8 +176,8 @@ def _out(dtype, default: np.dtype, name: str) -> np.dtype:
 def _floatx(ebits, mbits) -> str:
     key = (check_int("ebits", ebits), check_int("mbits", mbits))
     if key not in _FLOATX:
-        raise NotImplementedError(f"ebits={ebits}, mbits={mbits}: nbquant's floatx formats are fp6 e3m2, fp6 e2m3 "
-                                  "and fp4 e2m1")
+        raise ValueError(f"ebits={ebits!r}, mbits={mbits!r}: the floatx formats here are (ebits, mbits) = "
+                         f"{sorted(_FLOATX)} (fp6 e3m2, fp6 e2m3, fp4 e2m1)")
     return _FLOATX[key]
 
 
@@ -244,7 +244,7 @@ def _quantize_affine_floatx(tensor: npt.ArrayLike, scale: npt.ArrayLike, ebits: 
     fmt = _floatx(ebits, mbits)
     if not np.isfinite(x.astype(_F32)).all():
         raise ValueError("tensor holds NaN or inf, which torchao's floatx encoding has no code for")
-    s = np.asarray(scale).astype(_F32).reshape(-1)
+    s = np.asarray(check_finite("scale", scale, np.float32, positive=True), _F32).reshape(-1)
     return api.quantize(x.astype(_F32), s, fmt, axis=0, saturate=True).view(np.uint8)
 
 
@@ -281,6 +281,6 @@ def _dequantize_affine_floatx(tensor: npt.ArrayLike, scale: npt.ArrayLike, ebits
     bits = 1 + ebits + mbits
     if (q >> bits).any():
         raise ValueError(f"tensor holds codes above {2 ** bits - 1}, which {fmt} does not have")
-    s = np.asarray(scale).astype(_F32).reshape(-1)
+    s = np.asarray(as_real_array("scale", scale), _F32).reshape(-1)
     out = dtype_key(output_dtype, "output_dtype", _OUT)
     return api.dequantize(q.view(getattr(ml_dtypes, fmt)), s, axis=0, out_dtype=out)
