@@ -4,10 +4,13 @@ The ratio benchmark (``python -m benchmarks``) runs every case at 2^10 elements;
 bandwidth benchmark (``python -m benchmarks.cuda``) either runs or says it needs a GPU.
 
 The asv tests are skipped when asv is not installed (``pip install -e .[bench]``).
-They run ``asv check`` and a quick dry run of one benchmark per capability module
-at 2^10 elements (``NBQUANT_ASV_QUICK=1``) in the current environment, with
-``HOME`` pointed at a temporary directory so asv's machine file stays out of the
-user's home.
+They check ``asv_bench/asv.conf.json`` (a virtualenv per commit, pins inside
+pyproject's ranges, results git-ignored), run ``asv check`` and a quick dry run of
+one benchmark per class at 2^10 elements (``NBQUANT_ASV_QUICK=1``) in the current
+environment (``--python=same``: nothing built), and, in the full tier, build this
+checkout's HEAD into a virtualenv with the real build and install commands, run two
+benchmarks there and publish the html, all under a temporary directory. ``HOME``
+points at a temporary directory so asv's machine file stays out of the user's home.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,12 +32,15 @@ ROOT = Path(__file__).resolve().parents[1]
 ASV_DIR = ROOT / "asv_bench"
 HAVE_ASV = importlib.util.find_spec("asv") is not None
 HAVE_NUMBA_CUDA = importlib.util.find_spec("numba_cuda") is not None
-#: One benchmark per capability module: quantize (allocating and out= via setup),
-#: packed, float-format, block-format and dynamic quantize plus dequantize (SQNR round trips), dequantize out=,
-#: calibrator collect and compute_amax, import time.
-ASV_SMOKE = (r"QuantizeStatic\.time_quantize\b|QuantizePacked\.track_sqnr|Dequantize\.time_dequantize_out"
-             r"|QuantizeFloat\.track_sqnr|BlockFormats\.track_sqnr|QuantizeDynamic\.track_sqnr"
-             r"|Collect\.time_collect|ComputeAmax\.track_amax|timeraw_import_nbquant")
+#: One benchmark per class: quantize (allocating and out= via setup) of the 8-bit, sub-byte and float schemes,
+#: dequantize (out= via setup), the block formats and NF4 (quantize and dequantize via setup), dynamic quantize,
+#: calibrator collect and compute_amax, the numerics tracks (SQNR, bits against the reference backend), the
+#: roofline, import time.
+ASV_SMOKE = (r"QuantizeStatic\.time_quantize\b|QuantizePacked\.time_quantize_out|Dequantize\.time_dequantize\b"
+             r"|DequantizePacked\.peakmem|QuantizeFloat\.time_quantize\b|DequantizeFloat\.time_dequantize_out"
+             r"|BlockFormats\.time_dequantize|NF4\.time_quantize|QuantizeDynamic\.time_quantize_dynamic"
+             r"|Collect\.time_collect|ComputeAmax\.track_amax|Numerics\.track_sqnr"
+             r"|BitsVsReference\.track_mismatched_bytes|Roofline\.time_cast|timeraw_import_nbquant")
 
 
 def _run(args: list[str], cwd: Path, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
@@ -86,6 +93,35 @@ def test_cuda_bandwidth_benchmark_runs_or_needs_a_gpu():
         assert res.returncode == 1 and "needs a real CUDA GPU" in res.stderr, res.stdout + res.stderr
 
 
+def _asv_conf() -> dict:
+    from asv.util import load_json  # the JSON-with-comments reader asv itself uses
+
+    return load_json(str(ASV_DIR / "asv.conf.json"), js_comments=True)
+
+
+@pytest.mark.skipif(not HAVE_ASV, reason="asv is not installed (pip install -e .[bench])")
+def test_asv_conf_builds_each_commit_with_pins_inside_pyproject():
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    conf = _asv_conf()
+    assert conf["environment_type"] == "virtualenv" and conf["pythons"] == ["3.11"]
+    assert conf["branches"] == ["main"] and conf["repo"] == ".."
+    assert any("pip wheel" in c and "{build_cache_dir}" in c for c in conf["build_command"])
+    assert any("pip install {wheel_file}" in c for c in conf["install_command"])
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    reqs = {(r := Requirement(d)).name.replace("-", "_"): r for d in deps}
+    pins = conf["matrix"]["req"]
+    assert set(pins) == set(reqs), "asv's matrix must pin exactly nbquant's runtime dependencies"
+    for name, versions in pins.items():
+        assert len(versions) == 1 and reqs[name].specifier.contains(versions[0]), (name, versions, str(reqs[name]))
+    for key in ("results_dir", "html_dir", "env_dir") if (ROOT / ".git").exists() else ():
+        path = f"asv_bench/{conf[key]}/x.json"
+        res = _run(["git", "check-ignore", "-q", path], ROOT)
+        assert res.returncode == 0, f"{path} is not git-ignored"
+
+
 @pytest.mark.skipif(not HAVE_ASV, reason="asv is not installed (pip install -e .[bench])")
 def test_asv_check():
     res = _run([sys.executable, "-m", "asv", "check", "--python=same"], ASV_DIR)
@@ -93,16 +129,63 @@ def test_asv_check():
     assert "No problems found" in res.stdout
 
 
-@pytest.mark.full(reason="slow tooling: runs nine asv benchmarks, each in a new process (minutes on a cold cache)")
+def _tmp_conf(tmp_path: Path) -> Path:
+    """asv.conf.json with its environments, results and html under ``tmp_path`` (the user's results untouched)."""
+    conf = _asv_conf()
+    conf.update(repo=str(ROOT), benchmark_dir=str(ASV_DIR / "benchmarks"), env_dir=str(tmp_path / "env"),
+                results_dir=str(tmp_path / "results"), html_dir=str(tmp_path / "html"))
+    cfg = tmp_path / "asv.conf.json"
+    cfg.write_text(json.dumps(conf), encoding="utf-8")
+    return cfg
+
+
+@pytest.mark.full(reason="slow tooling: runs fifteen asv benchmarks, each in a new process (minutes on a cold cache)")
 @pytest.mark.skipif(not HAVE_ASV, reason="asv is not installed (pip install -e .[bench])")
 def test_asv_quick_dry_run(tmp_path):
     env = {"HOME": str(tmp_path), "NBQUANT_ASV_QUICK": "1"}
-    machine = _run([sys.executable, "-m", "asv", "machine", "--yes", "--machine", "ci"], ASV_DIR, env)
+    asv = [sys.executable, "-m", "asv"]
+    cfg = _tmp_conf(tmp_path)
+    machine = _run([*asv, "machine", "--yes", "--machine", "ci", "--config", str(cfg)], tmp_path, env)
     assert machine.returncode == 0, machine.stdout + machine.stderr
-    res = _run([sys.executable, "-m", "asv", "run", "--python=same", "--quick", "--dry-run", "--machine", "ci",
-                "--show-stderr", "-b", ASV_SMOKE], ASV_DIR, env, timeout=300)
+    res = _run([*asv, "run", "--config", str(cfg), "--python=same", "--quick", "--dry-run", "--machine", "ci",
+                "--show-stderr", "-b", ASV_SMOKE], tmp_path, env, timeout=600)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     assert "failed" not in out.lower(), out
-    assert out.count(" ok") >= 5 and "timeraw_import_nbquant" in out, out
-    assert "Collect.time_collect" in out and "ComputeAmax.track_amax" in out, out
+    assert out.count(" ok") >= 13 and "timeraw_import_nbquant" in out, out
+    for name in ("Collect.time_collect", "ComputeAmax.track_amax", "NF4.time_quantize", "Numerics.track_sqnr",
+                 "BitsVsReference.track_mismatched_bytes", "Roofline.time_cast_float32_to_int8"):
+        assert name in out, (name, out)
+
+
+def _head_has_parent() -> bool:
+    return _run(["git", "rev-parse", "--verify", "-q", "HEAD^"], ROOT).returncode == 0
+
+
+@pytest.mark.full(reason="slow tooling: builds a virtualenv (numpy, numba, ml_dtypes from the package index) and "
+                        "this checkout's HEAD into it (about a minute)")
+@pytest.mark.skipif(not HAVE_ASV, reason="asv is not installed (pip install -e .[bench])")
+@pytest.mark.skipif(shutil.which("python3.11") is None, reason="asv.conf.json's virtualenvs use python3.11")
+@pytest.mark.skipif(not (ROOT / ".git").exists() or not _head_has_parent(), reason="needs a git checkout with HEAD^")
+def test_asv_builds_a_commit_runs_and_publishes(tmp_path):
+    """The real build and install commands on HEAD; environments, results and html under ``tmp_path``."""
+    cfg = _tmp_conf(tmp_path)
+    # HOME moves for asv's machine file; pip keeps the user's cache of numpy/numba/llvmlite wheels.
+    pip_cache = os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip"))
+    env = {"HOME": str(tmp_path), "NBQUANT_ASV_QUICK": "1", "PIP_CACHE_DIR": pip_cache}
+    asv = [sys.executable, "-m", "asv"]
+    machine = _run([*asv, "machine", "--yes", "--machine", "ci", "--config", str(cfg)], tmp_path, env)
+    assert machine.returncode == 0, machine.stdout + machine.stderr
+    res = _run([*asv, "run", "--config", str(cfg), "--machine", "ci", "--quick", "--show-stderr",
+                "-b", r"timeraw_import_nbquant|Numerics\.track_sqnr", "HEAD^!"], tmp_path, env, timeout=900)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "Building" in out and "Installing" in out and "failed" not in out.lower(), out
+    results = list((tmp_path / "results" / "ci").glob("*-virtualenv-py3.11-*.json"))
+    assert len(results) == 1, out
+    saved = json.loads(results[0].read_text(encoding="utf-8"))["results"]
+    sqnr = saved["numerics.Numerics.track_sqnr"][0]
+    assert all(v > 10 for v in sqnr), sqnr  # int4 g32 and nvfp4 on the heavy-tailed matrix: 17 and 22 dB
+    pub = _run([*asv, "publish", "--config", str(cfg)], tmp_path, env, timeout=300)
+    assert pub.returncode == 0, pub.stdout + pub.stderr
+    assert (tmp_path / "html" / "index.html").exists()

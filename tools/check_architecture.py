@@ -45,7 +45,8 @@ LINE_LIMITED_DIRS = ("nbquant", "benchmarks", "tools")
 CITING_PY_DIRS = ("nbquant", "tests", "tools", "benchmarks", "asv_bench")
 CITED_TOP_DIRS = ("nbquant", "tests", "tools", "docs", "benchmarks", "asv_bench", ".ci")
 EXCLUDED_PARTS = frozenset({".venv", ".git", "build", "__pycache__"})
-EXCLUDED_DIRS = ("asv_bench/results",)
+#: asv's outputs (asv_bench/asv.conf.json): results, html, and the environments with a checkout of each built commit.
+EXCLUDED_DIRS = ("asv_bench/results", "asv_bench/html", "asv_bench/.asv")
 NOT_SCANNED_FOR_CITATIONS = ("tools/check_architecture.py", "tests/test_architecture.py")
 #: Where builds write (ignored by git): a citation of a path under one names an output, which a clone lacks.
 BUILD_OUTPUTS = ("docs/_build/", "docs/_generated/")

@@ -1,4 +1,4 @@
-"""Calibrators: ``collect`` of one batch (max per tensor and per channel, histogram) and ``compute_amax``.
+"""Calibrators: ``collect`` of one batch (max per tensor and per channel on both axes, histogram) and ``compute_amax``.
 
 ``compute_amax`` (entropy, mse, percentile) reads the histogram's bins with NumPy on
 the host, whatever the backend and the batch size: it is timed on the histogram of
@@ -20,6 +20,7 @@ CALIBRATORS = {
     "max_per_tensor": (nbquant.MaxCalibrator, {}),
     "histogram": (nbquant.HistogramCalibrator, {}),
     "max_per_channel_axis0": (nbquant.MaxCalibrator, {"axis": 0}),
+    "max_per_channel_axis1": (nbquant.MaxCalibrator, {"axis": 1}),
 }
 #: Elements of the batch whose histogram ``compute_amax`` reads.
 HISTOGRAM_N = 1 << 16
@@ -38,7 +39,7 @@ class Collect:
     timeout = 300
 
     def setup(self, backend, n, calibrator):
-        self.dev = Device(backend)
+        self.dev = Device(backend, n)
         cls, kwargs = CALIBRATORS[calibrator]
         self.make = functools.partial(cls, backend=backend, **kwargs)
         self.x = self.dev.put(np.random.default_rng(0).standard_normal(shape(n), dtype=np.float32))

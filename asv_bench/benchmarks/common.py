@@ -2,13 +2,21 @@
 
 Sizes: ``NBQUANT_ASV_QUICK=1`` (CI smoke runs, not for timing) selects only 2^10
 elements, the first two schemes of each class and only the backends usable here;
-otherwise 2^20 and 2^24, plus 2^26 when at least 8 GiB of memory is available
-(``NBQUANT_ASV_LARGE=0`` drops it, ``=1`` forces it).
+otherwise 2^20 and 2^24, plus 2^26 with ``NBQUANT_ASV_LARGE=1`` (2^26 times the same
+memory-bound regime as 2^24 at four times the set-up cost, so a regression run leaves
+it out; ``NBQUANT_ASV_LARGE=auto`` adds it when 8 GiB of memory are available).
 
-Backends are an asv parameter: ``cpu`` and ``cuda``. A backend that
+Backends are an asv parameter: ``cpu``, ``reference`` and ``cuda``. A backend that
 :func:`nbquant.backends` reports as unavailable (or does not list) makes ``setup``
-raise ``NotImplementedError``, which asv records as skipped. CUDA inputs live on the
-device and every timed CUDA call synchronises before returning.
+raise ``NotImplementedError``, which asv records as skipped (``n/a``); so does the
+``reference`` backend (vectorized NumPy, 10-50 ms at 2^20) above
+:data:`REFERENCE_MAX_N` elements. CUDA inputs live on the device and every timed
+CUDA call synchronises before returning.
+
+Schemes are named ``<format>_<granularity>[_packed]``: the format is one of
+:data:`FORMAT_NAMES` (``int8``, ``fp8_e4m3``, ...), the granularity ``per_tensor``,
+``per_channel_axis0`` (a scale per row), ``per_channel_axis1`` (a scale per column)
+or ``gN`` (groups of N along the last axis); :func:`parse_scheme` reads them.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ import nbquant
 QUICK = os.environ.get("NBQUANT_ASV_QUICK", "0") == "1"
 COLUMNS = 4096
 _GIB = 1 << 30
+#: Largest size the ``reference`` backend is timed at (larger sizes are skipped).
+REFERENCE_MAX_N = 1 << 20
 
 
 def _available_memory() -> int:
@@ -40,8 +50,8 @@ def sizes() -> list[int]:
     """Element counts to benchmark (see the module docstring)."""
     if QUICK:
         return [1 << 10]
-    large = os.environ.get("NBQUANT_ASV_LARGE")
-    want_large = _available_memory() >= 8 * _GIB if large is None else large == "1"
+    large = os.environ.get("NBQUANT_ASV_LARGE", "0")
+    want_large = _available_memory() >= 8 * _GIB if large == "auto" else large == "1"
     return [1 << 20, 1 << 24] + ([1 << 26] if want_large else [])
 
 
@@ -55,25 +65,59 @@ def schemes(names: list[str]) -> list[str]:
 
 
 SIZES = sizes()
-#: Compiled backends; cuda stays a parameter (skipped in ``setup``) unless in quick mode.
-BACKENDS = [b for b in ("cpu", "cuda") if not QUICK or _usable(b)]
+#: Backends; cuda stays a parameter (skipped in ``setup``) unless in quick mode.
+BACKENDS = [b for b in ("cpu", "reference", "cuda") if not QUICK or _usable(b)]
 
-#: Static schemes: name -> (dtype, granularity, packed). Granularity is "tensor",
-#: "axis0", "axis1" or "gN" (groups of N along the last axis).
-SCHEMES = {
-    "int8_per_tensor": ("int8", "tensor", False),
-    "int8_per_channel_axis0": ("int8", "axis0", False),
-    "int8_per_channel_axis1": ("int8", "axis1", False),
-    "uint8_per_tensor": ("uint8", "tensor", False),
-    "int4_g32_packed": ("int4", "g32", True),
-    "int4_g128_packed": ("int4", "g128", True),
-    "uint4_g32_packed": ("uint4", "g32", True),
-    "int4_g32": ("int4", "g32", False),
-    "fp8_e4m3_per_tensor": ("float8_e4m3fn", "tensor", False),
-    "fp8_e4m3_per_channel_axis0": ("float8_e4m3fn", "axis0", False),
-    "fp8_e5m2_per_tensor": ("float8_e5m2", "tensor", False),
-    "fp4_e2m1_g32_packed": ("float4_e2m1fn", "g32", True),
+#: Short scheme names of the element formats -> nbquant's format names.
+FORMAT_NAMES = {
+    "int8": "int8",
+    "uint8": "uint8",
+    "int4": "int4",
+    "uint4": "uint4",
+    "int2": "int2",
+    "fp8_e4m3": "float8_e4m3fn",
+    "fp8_e5m2": "float8_e5m2",
+    "fp6_e2m3": "float6_e2m3fn",
+    "fp6_e3m2": "float6_e3m2fn",
+    "fp4_e2m1": "float4_e2m1fn",
 }
+#: Scheme granularity names -> the granularity tokens of :func:`layout_kwargs`.
+GRANULARITIES = {
+    "per_tensor": "tensor",
+    "per_channel_axis0": "axis0",
+    "per_channel_axis1": "axis1",
+    "g16": "g16",
+    "g32": "g32",
+    "g128": "g128",
+}
+
+
+def parse_scheme(name: str) -> tuple[str, str, bool]:
+    """``(nbquant dtype, granularity token, packed)`` of a scheme name.
+
+    >>> parse_scheme("int4_g32_packed")
+    ('int4', 'g32', True)
+    >>> parse_scheme("fp8_e4m3_per_channel_axis1")
+    ('float8_e4m3fn', 'axis1', False)
+    """
+    packed = name.endswith("_packed")
+    base = name.removesuffix("_packed")
+    for short, dtype in FORMAT_NAMES.items():
+        gran = base.removeprefix(short + "_")
+        if gran != base and gran in GRANULARITIES:
+            return dtype, GRANULARITIES[gran], packed
+    raise ValueError(f"unknown scheme {name!r}")
+
+
+def scheme_names(formats: list[str], granularities: list[str], packed: bool = False) -> list[str]:
+    """Every ``<format>_<granularity>[_packed]`` of the given formats and granularities."""
+    suffix = "_packed" if packed else ""
+    return [f"{f}_{g}{suffix}" for f in formats for g in granularities]
+
+
+def ordered(*groups: list[str]) -> list[str]:
+    """The concatenation of scheme lists without repeats, first occurrence kept (quick mode runs the first two)."""
+    return list(dict.fromkeys(n for g in groups for n in g))
 
 
 def require_backend(name: str) -> None:
@@ -116,12 +160,15 @@ def qparams(dtype: str) -> tuple[float, float]:
 
 
 class Problem:
-    """Inputs of one static scheme at one size: ``x``, ``scale``, ``zero_point`` and the keywords."""
+    """Inputs of one static scheme: ``x``, absmax ``scale``, ``zero_point`` and the keywords.
 
-    def __init__(self, scheme: str, n: int, seed: int = 0):
-        dtype, granularity, packed = SCHEMES[scheme]
+    ``x`` is a standard-normal matrix of ``n`` elements (:func:`shape`), or the given ``x``.
+    """
+
+    def __init__(self, scheme: str, n: int = 0, seed: int = 0, x: np.ndarray | None = None):
+        dtype, granularity, packed = parse_scheme(scheme)
         self.dtype, self.packed = dtype, packed
-        self.x = np.random.default_rng(seed).standard_normal(shape(n), dtype=np.float32)
+        self.x = np.random.default_rng(seed).standard_normal(shape(n), dtype=np.float32) if x is None else x
         self.layout, (br, bc) = layout_kwargs(granularity, self.x.shape)
         r, c = self.x.shape
         amax = np.abs(self.x).reshape(r // br, br, c // bc, bc).max(axis=(1, 3))
@@ -144,6 +191,19 @@ class Problem:
         return nbquant.quantize(self.x, self.scale, self.dtype, **self.qkwargs, backend="cpu")
 
 
+def heavy_tailed(rows: int = 256, cols: int = 1024, seed: int = 1234) -> np.ndarray:
+    """A fixed heavy-tailed float32 matrix for the numerics tracks (same bits on every run and commit).
+
+    Student-t with 4 degrees of freedom (the tails of LLM weights), with 8 outlier
+    columns scaled by 20 (the outlier channels of activations): per-tensor scales lose
+    to the outliers, small blocks and float formats keep them.
+    """
+    rng = np.random.default_rng(seed)
+    x = rng.standard_t(4, (rows, cols))
+    x[:, rng.choice(cols, 8, replace=False)] *= 20
+    return x.astype(np.float32)
+
+
 def sqnr_db(x: np.ndarray, y: np.ndarray) -> float:
     """Signal-to-quantization-noise ratio ``10 log10(sum x^2 / sum (x - y)^2)`` in dB."""
     x = np.asarray(x, np.float64)
@@ -152,10 +212,16 @@ def sqnr_db(x: np.ndarray, y: np.ndarray) -> float:
 
 
 class Device:
-    """Moves arrays to the backend's device and synchronises after timed calls."""
+    """Moves arrays to the backend's device and synchronises after timed calls.
 
-    def __init__(self, backend: str):
+    Raises ``NotImplementedError`` (asv: skip) when the backend cannot run here, or when
+    it is ``reference`` and ``n`` exceeds :data:`REFERENCE_MAX_N`.
+    """
+
+    def __init__(self, backend: str, n: int = 0):
         require_backend(backend)
+        if backend == "reference" and n > REFERENCE_MAX_N:
+            raise NotImplementedError(f"reference backend timed up to {REFERENCE_MAX_N} elements only")
         self.backend = backend
         self._cuda = None
         if backend == "cuda":

@@ -1,8 +1,18 @@
-"""Dequantize to float32: 8-bit per-tensor and per-channel codes, packed int4 groups."""
+"""Dequantize to float32 of the integer formats: the schemes of ``quantize_static`` and ``packing``."""
 
 from ._bases import _DequantizeBase
 from .common import BACKENDS, SIZES, schemes
+from .packing import SUBBYTE_SCHEMES
+from .quantize_static import INT8_SCHEMES
 
 
 class Dequantize(_DequantizeBase):
-    params = (BACKENDS, SIZES, schemes(["int8_per_tensor", "int4_g32_packed", "int8_per_channel_axis0"]))
+    """int8 and uint8 codes, every granularity."""
+
+    params = (BACKENDS, SIZES, schemes(INT8_SCHEMES))
+
+
+class DequantizePacked(_DequantizeBase):
+    """int4, uint4 and int2 codes, packed at every granularity and one per byte in groups of 32."""
+
+    params = (BACKENDS, SIZES, schemes(SUBBYTE_SCHEMES))
