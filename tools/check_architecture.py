@@ -49,7 +49,7 @@ EXCLUDED_PARTS = frozenset({".venv", ".git", "build", "__pycache__"})
 EXCLUDED_DIRS = ("asv_bench/results", "asv_bench/html", "asv_bench/.asv")
 NOT_SCANNED_FOR_CITATIONS = ("tools/check_architecture.py", "tests/test_architecture.py")
 #: Where builds write (ignored by git): a citation of a path under one names an output, which a clone lacks.
-BUILD_OUTPUTS = ("docs/_build/", "docs/_generated/")
+BUILD_OUTPUTS = ("docs/_build/", "docs/_generated/", "asv_bench/results/", "asv_bench/html/", "asv_bench/.asv/")
 
 _TOP_DIRS = "|".join(map(re.escape, CITED_TOP_DIRS))
 _CITED_PATH = re.compile(rf"(?<![\w./-])(?:\.\./shared/|(?:{_TOP_DIRS})/)[\w./*-]*")
