@@ -35,6 +35,7 @@ from .validation import check_affine_range, check_amax, check_bool, check_int, s
 
 __all__ = [
     "reduce_amax",
+    "reduce_min_max",
     "tensor_quant",
     "fake_tensor_quant",
     "scaled_e4m3",
@@ -66,11 +67,40 @@ def _negative_min(x, backend) -> bool:
     """modelopt's unsigned check ``x.min() < 0``: False when ``x`` holds a NaN (the min propagates it)."""
     if not is_device_array(x):
         return bool(x.min() < 0)
-    spec = DynamicSpec.reduction(resolve_layout(tuple(x.shape)), use_minmax=True)
-    keys = np.concatenate(resolve_backend(backend, (x,)).reduce_keys(x, spec)).astype(np.int64)
-    bits = np.where(keys >= 0, keys, (-keys - 1) | 0x80000000).astype(np.uint32)  # order keys -> float32 bits
-    lo, hi = bits.view(np.float32)
-    return not (np.isnan(lo) or np.isnan(hi)) and bool(lo < 0)
+    lo, hi = _reduce_min_max(x, resolve_layout(tuple(x.shape)), backend)
+    return not (np.isnan(lo).any() or np.isnan(hi).any()) and bool(lo.min() < 0)
+
+
+def _keys_f32(keys) -> np.ndarray:
+    """float32 values of :func:`~nbquant.element.order_key` keys (the exact inverse, on the host)."""
+    k = np.asarray(host_array(keys)).astype(np.int64)
+    return np.where(k >= 0, k, (-k - 1) | 0x80000000).astype(np.uint32).view(np.float32)
+
+
+def _reduce_min_max(x, layout: BlockLayout, backend) -> tuple[np.ndarray, np.ndarray]:
+    if x.size == 0:
+        return np.zeros(layout.grid, np.float32), np.zeros(layout.grid, np.float32)
+    lo, hi = resolve_backend(backend, (x,)).reduce_keys(x, DynamicSpec.reduction(layout, use_minmax=True))
+    return _keys_f32(lo).reshape(layout.grid), _keys_f32(hi).reshape(layout.grid)
+
+
+def reduce_min_max(x: npt.ArrayLike, *, axis: int | None = None, block_size=None,
+                   backend: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``min(x)`` and ``max(x)`` per block (float32 host arrays of the block grid), in one pass.
+
+    The blocks are given by ``axis``/``block_size`` as in :func:`nbquant.quantize`. A
+    block holding NaN gives a NaN (its sign and payload are not defined); ``-0.0`` orders
+    below ``+0.0``.
+
+    Examples
+    --------
+    >>> import numpy as np, nbquant
+    >>> lo, hi = nbquant.reduce_min_max(np.array([[1.0, -3.0], [0.5, 2.0]], np.float32), axis=0)
+    >>> lo.ravel().tolist(), hi.ravel().tolist()
+    ([-3.0, 0.5], [1.0, 2.0])
+    """
+    x = device_float_input(x)
+    return _reduce_min_max(x, resolve_layout(tuple(x.shape), axis, block_size), backend)
 
 
 def _int_spec(num_bits, unsigned, narrow_range, layout) -> AmaxSpec:
