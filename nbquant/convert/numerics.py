@@ -13,7 +13,7 @@ See docs/convert.md for the formulas.
   ``pack-quantized`` stores ``q + 2**(b-1)`` densely in little-endian int32 words: nbquant's
   packed signed codes with the sign bit of every code flipped.
 * **fp8**: ``s = h(amax / 448)`` per row or 128 x 128 block, ``q = e4m3(h(x / s))``.
-* **nvfp4**: global ``gs = h(2688 / amax(fused weights))`` as float32 (the reciprocal of modelopt's);
+* **nvfp4**: global ``gs = h(h(1 / amax(fused weights)) * 2688)`` as float32 (the reciprocal of modelopt's);
   block scale ``e4m3(min(fl32(gs * h(amax_b / 6)), 448))``, ``0 → 0.125``;
   ``q = e2m1(fl32(x / fl32(scale / gs)))``.
 * **mx**: E8M0 code ``127 + floor(log2(p2(amax))) - emax`` where ``p2`` rounds the amax's
@@ -122,7 +122,10 @@ def weight_amax(name: str, x: np.ndarray, block_size) -> np.ndarray:
 
 
 def global_scale(amax: float, dtype: np.dtype) -> np.float32:
-    """NVFP4's ``weight_global_scale`` from the fused weights' amax: ``h(2688 / max(amax, tiny(h)))``; inf → 1.
+    """NVFP4's ``weight_global_scale`` from the fused weights' amax: ``h(h(1 / max(amax, tiny(h))) * 2688)``; inf → 1.
+
+    torch evaluates compressed-tensors' ``2688.0 / amax`` (a Python number over a tensor) as
+    ``amax.reciprocal() * 2688.0``: two roundings to the weight's dtype ``h``.
 
     Examples
     --------
@@ -133,7 +136,8 @@ def global_scale(amax: float, dtype: np.dtype) -> np.float32:
     h = np.dtype(dtype)
     a = max(np.float32(amax), np.float32(ml_dtypes.finfo(h).tiny))
     with np.errstate(over="ignore", divide="ignore"):
-        g = np.float32(np.float32(_E2M1_MAX * _E4M3_MAX) / np.float32(a)).astype(h).astype(np.float32)
+        r = np.float32(np.float32(1) / np.float32(a)).astype(h).astype(np.float32)
+        g = np.float32(r * np.float32(_E2M1_MAX * _E4M3_MAX)).astype(h).astype(np.float32)
     return np.float32(1.0) if not np.isfinite(g) else g
 
 
@@ -326,9 +330,8 @@ def dequantize_weight(t: dict[str, np.ndarray], scheme: Scheme, dtype: np.dtype,
         w = t["weight"][rows]
         if scheme.strategy == "channel":
             return nbquant.dequantize(w, scale.astype(np.float32).reshape(-1), axis=0, out_dtype=h)
-        start = rows.start or 0
-        full = np.repeat(t["weight_scale"].astype(np.float32), 128, axis=0)
-        return nbquant.dequantize(w, full[start:start + w.shape[0]], axis=1, block_size=128, out_dtype=h)
+        full = np.repeat(t["weight_scale"].astype(np.float32), 128, axis=0)[:t["weight"].shape[0]]
+        return nbquant.dequantize(w, full[rows], axis=1, block_size=128, out_dtype=h)
     if scheme.kind == "nvfp4":
         d = scale.astype(np.float32) / np.float32(t["weight_global_scale"][0])
         return nbquant.dequantize(np.asarray(t["weight_packed"][rows]), d, dtype="float4_e2m1fn",
