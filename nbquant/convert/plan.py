@@ -243,7 +243,7 @@ def fused_groups(names: Iterable[str]) -> list[list[str]]:
 
     Examples
     --------
-    >>> fused_groups(["l.1.mlp.up_proj.weight", "l.1.mlp.gate_proj.weight", "l.0.mlp.gate_proj.weight"])
+    >>> fused_groups(["l.1.mlp.up_proj.weight", "l.1.mlp.gate_proj.weight", "l.2.mlp.gate_proj.weight"])
     [['l.1.mlp.gate_proj.weight', 'l.1.mlp.up_proj.weight']]
     """
     ordered = sorted(names, key=_natural_key)

@@ -15,8 +15,10 @@ import json
 import math
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -123,41 +125,62 @@ def _check(name: str, x: np.ndarray, out: dict, scheme: Scheme, full: bool) -> T
     return TensorReport(name, scheme.name, (n, k), str(x.dtype), sqnr_db(signal, noise), worst, rows)
 
 
-def _convert_shard(ckpt: Checkpoint, dst: str, shard: str, plan, scheme: Scheme, report: Report,
-                   progress: Progress, full_check: bool) -> None:
-    entries, quantized, names = plan
-    writer = ShardWriter(os.path.join(dst, shard), entries)
-    try:
-        scales = {}
-        if scheme.kind == "nvfp4":
-            for group in fused_groups(names):
-                members = [n for n in group if n in quantized]
-                if not members:
-                    continue
-                amax = 0.0
-                for n in members:
-                    f = ckpt.shards[ckpt.weight_map[n]]
-                    amax = max(amax, float(weight_amax(n, f.tensor(n), None).max()))
-                first = ckpt.shards[ckpt.weight_map[members[0]]].entries[members[0]]
-                gs = global_scale(amax, first.numpy_dtype)
-                scales.update(dict.fromkeys(members, gs))
-        for name in names:
+def _warm_up(scheme: Scheme, dtypes: set) -> threading.Thread:
+    """Load the kernels ``scheme`` uses (Numba's import and cache load, ~0.4 s) on a thread, while files are copied."""
+    k = scheme.group_size or 128
+
+    def run() -> None:
+        for h in dtypes:
+            try:
+                quantize_weight(np.ones((2, k), h), scheme)
+            except Exception:  # noqa: BLE001 - the real call reports any error
+                pass
+    thread = threading.Thread(target=run, name="nbquant-convert-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+def _copy_kept(ckpt: Checkpoint, writer: ShardWriter, plan, progress: Progress) -> None:
+    """Copy the tensors a shard keeps as they are (file to file, outside the interpreter lock)."""
+    _, quantized, names = plan
+    for name in names:
+        if name not in quantized:
             f = ckpt.shards[ckpt.weight_map[name]]
             e = f.entries[name]
-            if name in quantized:
-                x = f.tensor(name)
-                out = quantize_weight(x, scheme, scales.get(name), name)
-                for suffix, arr in out.items():
-                    writer.write(f"{quantized[name]}.{suffix}", arr)
-                report.quantized.append(_check(name, x, out, scheme, full_check))
-                del x, out
-            else:
-                writer.copy(name, f.path, e.begin)
+            writer.copy(name, f.path, e.begin)
             progress.update(e.nbytes)
-        writer.close()
-    except BaseException:
-        writer.abort()
-        raise
+
+
+def _quantize_shard(ckpt: Checkpoint, writer: ShardWriter, plan, scheme: Scheme, report: Report,
+                    progress: Progress, check: tuple[bool, bool]) -> None:
+    """Quantize and write the weights of one shard, one at a time (NVFP4: fused global scales first)."""
+    _, quantized, names = plan
+    scales = {}
+    if scheme.kind == "nvfp4":
+        for group in fused_groups(names):
+            members = [n for n in group if n in quantized]
+            if not members:
+                continue
+            amax = 0.0
+            for n in members:
+                f = ckpt.shards[ckpt.weight_map[n]]
+                amax = max(amax, float(weight_amax(n, f.tensor(n), None).max()))
+            first = ckpt.shards[ckpt.weight_map[members[0]]].entries[members[0]]
+            gs = global_scale(amax, first.numpy_dtype)
+            scales.update(dict.fromkeys(members, gs))
+    for name in names:
+        if name not in quantized:
+            continue
+        f = ckpt.shards[ckpt.weight_map[name]]
+        e = f.entries[name]
+        x = f.tensor(name)
+        out = quantize_weight(x, scheme, scales.get(name), name)
+        for suffix, arr in out.items():
+            writer.write(f"{quantized[name]}.{suffix}", arr)
+        report.quantized.append(_check(name, x, out, scheme, check[1]) if check[0] else
+                                TensorReport(name, scheme.name, tuple(e.shape), str(x.dtype), math.nan, math.nan, 0))
+        del x, out
+        progress.update(e.nbytes)
 
 
 def convert(
@@ -170,6 +193,7 @@ def convert(
     report: str | os.PathLike | None = None,
     overwrite: bool = False,
     progress: bool | None = None,
+    check: bool = True,
     full_check: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> Report:
@@ -202,9 +226,11 @@ def convert(
         holds an unfinished run of this same conversion, which is resumed).
     progress : bool, optional
         Draw a progress bar on stderr; default: when stderr is a terminal.
+    check : bool
+        Dequantize each weight (nbquant's kernels) and report its SQNR and max abs error
+        against the source; False leaves them NaN (the CLI skips it with ``--quiet`` and no ``--report``).
     full_check : bool
-        Compute the report's SQNR and max abs error over every row (default: every k-th row,
-        about :data:`CHECK_ELEMENTS` values per weight).
+        Check every row (default: every k-th row, about :data:`CHECK_ELEMENTS` values per weight).
     log : callable, optional
         Called with one line per step (shard written, files copied).
 
@@ -244,7 +270,7 @@ def convert(
     outputs = set(plans) | {ckpt.index_name, "config.json"} | {f.split(os.sep)[0] for f in ckpt.other_files}
     resume = _prepare_dst(dst, _stamp(ckpt, str(scheme), ignore), overwrite, outputs)
     try:
-        rep = _run(ckpt, src, dst, sch, str(scheme), ignore, plans, resume, progress, full_check,
+        rep = _run(ckpt, src, dst, sch, str(scheme), ignore, plans, resume, progress, (check, full_check),
                    log or (lambda line: None))
     except OSError as e:
         where = e.filename or dst
@@ -256,7 +282,7 @@ def convert(
 
 
 def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, ignore: list[str], plans, resume: bool,
-         progress: bool | None, full_check: bool, say: Callable[[str], None]) -> Report:
+         progress: bool | None, check: tuple[bool, bool], say: Callable[[str], None]) -> Report:
     rep = Report(sch.name, src, dst)
     for rel in ckpt.other_files:
         target = os.path.join(dst, rel)
@@ -268,6 +294,8 @@ def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, ignore:
     bar = Progress(len(names), sum(ckpt.shards[ckpt.weight_map[n]].entries[n].nbytes for n in names),
                    enabled=progress)
     weight_map: dict[str, str] = {}
+    dtypes = {ckpt.shards[ckpt.weight_map[n]].entries[n].numpy_dtype for _, q, _ in plans.values() for n in q}
+    todo = {}
     for shard, plan in plans.items():
         entries = plan[0]
         final = os.path.join(dst, shard)
@@ -277,13 +305,29 @@ def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, ignore:
             rep.resumed_shards.append(shard)
             bar.update(sum(ckpt.shards[ckpt.weight_map[n]].entries[n].nbytes for n in plan[2]), len(plan[2]))
         else:
-            try:
-                _convert_shard(ckpt, dst, shard, plan, sch, rep, bar, full_check)
-            except OSError as e:
-                raise ConvertError(f"{final}: cannot write: {e.strerror or e}") from None
-            say(f"wrote {shard}")
+            todo[shard] = plan
         weight_map.update(dict.fromkeys((name for name, _, _ in entries), shard))
         rep.bytes_out += sum(b - a for a, b in offsets.values())
+    warm = _warm_up(sch, dtypes) if todo else None
+    writers: dict[str, ShardWriter] = {}
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="nbquant-convert-sync") as closer:
+            for shard, plan in todo.items():  # the kept tensors first, while the kernels load
+                writers[shard] = ShardWriter(os.path.join(dst, shard), plan[0])
+                _copy_kept(ckpt, writers[shard], plan, bar)
+            if warm is not None:
+                warm.join()
+            closing = []
+            for shard, plan in todo.items():
+                _quantize_shard(ckpt, writers[shard], plan, sch, rep, bar, check)
+                closing.append(closer.submit(writers[shard].close))  # sync and rename while the next one runs
+                say(f"wrote {shard}")
+            for done in closing:
+                done.result()
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
     bar.close()
     rep.shards = list(plans)
     rep.bytes_in = ckpt.total_bytes

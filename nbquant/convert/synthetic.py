@@ -12,7 +12,7 @@ Examples
 >>> d = tempfile.mkdtemp()
 >>> names = write_synthetic_checkpoint(d, hidden=64, intermediate=128, layers=1, vocab=32, shard_bytes=20000)
 >>> sorted(os.listdir(d))[:3], len(names)
-(['config.json', 'generation_config.json', 'model-00001-of-00004.safetensors'], 12)
+(['config.json', 'generation_config.json', 'model-00001-of-00006.safetensors'], 12)
 """
 
 from __future__ import annotations
