@@ -213,13 +213,13 @@ def _fp8_weight(x: np.ndarray, scheme: Scheme, name: str) -> dict[str, np.ndarra
         q = nbquant.quantize(x, s.astype(np.float32), "float8_e4m3fn", axis=0, compute_dtype=hname)
         return {"weight": q, "weight_scale": s.reshape(n, 1)}
     expanded = np.repeat(s.astype(np.float32), 128, axis=0)[:n]
-    q = nbquant.quantize(x, expanded, "float8_e4m3fn", axis=1, block_size=128, compute_dtype=hname)
+    q = nbquant.quantize(x, expanded, "float8_e4m3fn", axis=1, block_size=min(128, k), compute_dtype=hname)
     return {"weight": q, "weight_scale": s}
 
 
 def _padded_row_amax(name: str, x: np.ndarray) -> np.ndarray:
     """Row amax per 128 columns, the last block partial (ONNX blocking)."""
-    a = nbquant.reduce_amax(x, axis=1, block_size=128)
+    a = nbquant.reduce_amax(x, axis=1, block_size=min(128, x.shape[1]))
     if not np.isfinite(a).all():
         raise ConvertError(f"tensor {name} holds NaN or inf; a checkpoint to quantize must be finite")
     return a
@@ -331,7 +331,7 @@ def dequantize_weight(t: dict[str, np.ndarray], scheme: Scheme, dtype: np.dtype,
         if scheme.strategy == "channel":
             return nbquant.dequantize(w, scale.astype(np.float32).reshape(-1), axis=0, out_dtype=h)
         full = np.repeat(t["weight_scale"].astype(np.float32), 128, axis=0)[:t["weight"].shape[0]]
-        return nbquant.dequantize(w, full[rows], axis=1, block_size=128, out_dtype=h)
+        return nbquant.dequantize(w, full[rows], axis=1, block_size=min(128, w.shape[1]), out_dtype=h)
     if scheme.kind == "nvfp4":
         d = scale.astype(np.float32) / np.float32(t["weight_global_scale"][0])
         return nbquant.dequantize(np.asarray(t["weight_packed"][rows]), d, dtype="float4_e2m1fn",

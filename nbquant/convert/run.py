@@ -262,6 +262,8 @@ def convert(
     ckpt = open_checkpoint(src)
     if os.path.abspath(dst) == os.path.abspath(src):
         raise ConvertError(f"{dst}: the destination is the source folder")
+    if os.path.abspath(dst).startswith(os.path.join(os.path.abspath(src), "")):
+        raise ConvertError(f"{dst}: the destination is inside the source folder")
     plans = _plan(ckpt, sch, ignore)
     if workers is not None:
         import nbquant
