@@ -242,12 +242,13 @@ def test_matching_norms_ignores_and_patterns(llama, tmp_path):
 def test_negative_zero_is_coded_as_compressed_tensors_does(tmp_path):
     """compressed-tensors' e2m1 cast multiplies by sign(x): -0.0 gets the +0 code; a tiny negative keeps -0."""
     x = np.full((2, 32), 0.5, np.float32)
-    x[0, 0], x[0, 1], x[1, 2] = -0.0, -1e-6, -0.0
+    x[0, 0], x[0, 1], x[1, 2], x[1, 4], x[1, 5] = -0.0, -1e-6, -0.0, -0.0, -0.0
     src = small_checkpoint(tmp_path / "src", {"m.weight": x.astype(BF16)})
     for scheme in ("NVFP4A16", "MXFP4A16"):
         convert(src, tmp_path / scheme, scheme, progress=False)
         packed = tensors_of(tmp_path / scheme)["m.weight_packed"]
         assert packed[0, 0] & 0xFF == 0x80 and packed[1, 1] & 0x0F == 0x0, scheme  # -0.0 → 0, -1e-6 → 8
+        assert packed[1, 2] == 0, scheme  # two -0.0 in one byte
 
 
 # --- bad inputs: one line naming the file or tensor, exit status 1, no partial shard ------------------------

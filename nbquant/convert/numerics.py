@@ -259,7 +259,7 @@ def _signed_zero_codes(x: np.ndarray, q: np.ndarray) -> np.ndarray:
     where = np.flatnonzero(bits == np.array(1 << (8 * x.dtype.itemsize - 1), bits.dtype))
     if where.size:
         flat = q.reshape(-1)
-        flat[where // 2] &= np.where(where % 2 == 0, 0xF7, 0x7F).astype(np.uint8)
+        np.bitwise_and.at(flat, where // 2, np.where(where % 2 == 0, 0xF7, 0x7F).astype(np.uint8))  # both nibbles
     return q
 
 
