@@ -509,3 +509,15 @@ def test_writer_layout_matches_the_crate(tmp_path):
     assert n % 8 == 0 and data[8:8 + n].decode().endswith("}" + " " * (n - len(data[8:8 + n].decode().rstrip())))
     assert list(json.loads(data[8:8 + n])) == ["m", "z", "a", "b"]
     assert len(data) == 8 + n + 8 + 4 + 1 + 3
+
+
+def test_demo_ends_with_a_conversion(capsys):
+    from nbquant import cli
+
+    assert cli.main(["demo", "--size", "16x96", "--backend", "cpu", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out.split("\nconvert: nbquant convert ", 1)[1].splitlines()
+    assert "--scheme W4A16 --ignore lm_head" in out[0] and "float32 checkpoint" in out[0]
+    assert out[1].split()[:3] == ["tensor", "scheme", "shape"]
+    assert out[-1].startswith("15 quantized, 6 kept")
+    assert cli.main(["demo", "--size", "16x96", "--backend", "cpu", "--repeats", "1", "--no-convert"]) == 0
+    assert "convert:" not in capsys.readouterr().out

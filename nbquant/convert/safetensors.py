@@ -171,7 +171,7 @@ class SafetensorsFile:
         self.entries: dict[str, TensorEntry] = dict(sorted(entries, key=lambda e: (e[1].begin, e[1].end)))
 
     def tensor(self, name: str) -> np.ndarray:
-        """The tensor ``name`` as a read-only array mapped from the file (nothing is read until it is used).
+        """The tensor ``name`` mapped from the file, copy-on-write (nothing is read until used; the file never changes).
 
         Raises :class:`ConvertError` for a dtype with no NumPy equivalent here.
         """
@@ -183,7 +183,7 @@ class SafetensorsFile:
         if e.nbytes == 0:
             return np.zeros(e.shape, dtype)
         try:
-            return np.memmap(self.path, dtype=dtype, mode="r", offset=e.begin, shape=e.shape)
+            return np.memmap(self.path, dtype=dtype, mode="c", offset=e.begin, shape=e.shape)
         except OSError as e:
             raise ConvertError(f"{self.path}: cannot map tensor {name}: {e.strerror or e}") from None
 

@@ -47,18 +47,18 @@ def llama_tensors(hidden: int, intermediate: int, layers: int, vocab: int,
     return out + [("model.norm.weight", (hidden,)), ("lm_head.weight", (vocab, hidden))]
 
 
-def _tensor(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> np.ndarray:
+def _tensor(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     if len(shape) == 1:
-        return (1.0 + 0.1 * rng.standard_normal(shape, np.float32)).astype(ml_dtypes.bfloat16)
+        return (1.0 + 0.1 * rng.standard_normal(shape, np.float32)).astype(dtype)
     rows = np.exp(rng.uniform(np.log(0.1), np.log(10.0), (shape[0], 1))).astype(np.float32)
     w = rng.standard_t(4, shape).astype(np.float32)
     w *= rows * np.float32(0.02)
-    return w.astype(ml_dtypes.bfloat16)
+    return w.astype(dtype)
 
 
 def write_synthetic_checkpoint(path: str | os.PathLike, *, hidden: int = 1024, intermediate: int = 2816,
                                layers: int = 4, vocab: int = 8192, shard_bytes: int = 64 << 20, seed: int = 0,
-                               index: bool = True) -> list[str]:
+                               index: bool = True, dtype: str = "bfloat16") -> list[str]:
     """Write a Llama-shaped bfloat16 checkpoint to ``path``: shards, index, ``config.json``, a generation config.
 
     Parameters
@@ -73,6 +73,8 @@ def write_synthetic_checkpoint(path: str | os.PathLike, *, hidden: int = 1024, i
     index : bool
         Write ``model.safetensors.index.json`` (a single shard is then ``model.safetensors``
         only when ``index`` is False).
+    dtype : {"bfloat16", "float16", "float32"}
+        The tensors' dtype.
 
     Returns
     -------
@@ -82,10 +84,12 @@ def write_synthetic_checkpoint(path: str | os.PathLike, *, hidden: int = 1024, i
     path = os.fspath(path)
     os.makedirs(path, exist_ok=True)
     rng = np.random.default_rng(seed)
+    dt = np.dtype({"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32}[dtype])
+    code = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}[dtype]
     shards: list[list[tuple[str, tuple[int, ...]]]] = [[]]
     size = 0
     for name, shape in llama_tensors(hidden, intermediate, layers, vocab):
-        n = int(np.prod(shape)) * 2
+        n = int(np.prod(shape)) * dt.itemsize
         if shards[-1] and size + n > shard_bytes:
             shards.append([])
             size = 0
@@ -95,9 +99,9 @@ def write_synthetic_checkpoint(path: str | os.PathLike, *, hidden: int = 1024, i
              [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
     weight_map, total = {}, 0
     for file, tensors in zip(files, shards, strict=True):
-        w = ShardWriter(os.path.join(path, file), [(n, "BF16", s) for n, s in tensors], {"format": "pt"})
+        w = ShardWriter(os.path.join(path, file), [(n, code, s) for n, s in tensors], {"format": "pt"})
         for name, shape in tensors:
-            t = _tensor(rng, name, shape)
+            t = _tensor(rng, shape, dt)
             w.write(name, t)
             weight_map[name] = file
             total += t.nbytes
@@ -108,7 +112,7 @@ def write_synthetic_checkpoint(path: str | os.PathLike, *, hidden: int = 1024, i
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
               "intermediate_size": intermediate, "num_hidden_layers": layers, "vocab_size": vocab,
               "num_attention_heads": max(hidden // 64, 1), "num_key_value_heads": max(hidden // 256, 1),
-              "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16", "tie_word_embeddings": False}
+              "rms_norm_eps": 1e-5, "torch_dtype": dtype, "tie_word_embeddings": False}
     with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2)
     with open(os.path.join(path, "generation_config.json"), "w", encoding="utf-8") as f:
