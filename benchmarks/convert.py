@@ -128,8 +128,9 @@ def warm_cache(work: Path, schemes: list[str], workers: int) -> None:
     """Run nbquant once per scheme on a small checkpoint so that every kernel is in Numba's cache."""
     small = ensure_checkpoint(work / "warm-src", SMOKE_SHAPE)
     for scheme in schemes:
-        subprocess.run(nbquant_cmd(small, work / "warm-dst", scheme, workers, []), check=True, cwd=ROOT,
-                       env=_env(), capture_output=True)
+        for report in (None, work / "warm-report.json"):  # --report adds the dequantize kernels
+            subprocess.run(nbquant_cmd(small, work / "warm-dst", scheme, workers, [], report), check=True, cwd=ROOT,
+                           env=_env(), capture_output=True)
     shutil.rmtree(work / "warm-dst", ignore_errors=True)
 
 

@@ -11,7 +11,8 @@ See docs/convert.md for the formulas.
   ``q = clamp(rne(h(x / s)))`` (``compute_dtype=h``). Asymmetric: ``s = h(h(max⁺ - min⁻) / h(2**b - 1))``,
   ``zp = rne(clamp(h(qmin - h(min⁻ / s))))`` (NaN → 0), ``q = clamp(rne(h(h(x / s) + zp)))``.
   ``pack-quantized`` stores ``q + 2**(b-1)`` densely in little-endian int32 words: nbquant's
-  packed signed codes with the sign bit of every code flipped.
+  packed unsigned codes with zero point ``2**(b-1)`` added after rounding (symmetric), or its
+  packed signed codes with the sign bit of every code flipped (asymmetric).
 * **fp8**: ``s = h(amax / 448)`` per row or 128 x 128 block, ``q = e4m3(h(x / s))``.
 * **nvfp4**: global ``gs = h(h(1 / amax(fused weights)) * 2688)`` as float32 (the reciprocal of modelopt's);
   block scale ``e4m3(min(fl32(gs * h(amax_b / 6)), 448))``, ``0 → 0.125``;
@@ -104,6 +105,13 @@ def output_entries(scheme: Scheme, shape: tuple[int, int], dtype: np.dtype) -> l
     return [codes, ("weight_scale", "U8", (n, k // 32))]
 
 
+def _view(buf: np.ndarray | None, dtype, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The start of ``buf`` as an array of ``dtype`` and ``shape`` (None without a buffer)."""
+    if buf is None:
+        return None
+    return buf[:math.prod(shape) * np.dtype(dtype).itemsize].view(dtype).reshape(shape)
+
+
 def _in(h: np.dtype, a) -> np.ndarray:
     return np.asarray(a, dtype=np.float32).astype(h)
 
@@ -149,7 +157,7 @@ def _flip_sign_bits(codes: np.ndarray, bits: int) -> np.ndarray:
     return u8
 
 
-def _int_weight(x: np.ndarray, scheme: Scheme, name: str) -> dict[str, np.ndarray]:
+def _int_weight(x: np.ndarray, scheme: Scheme, name: str, buf=None) -> dict[str, np.ndarray]:
     h, hname = x.dtype, WEIGHT_DTYPES[x.dtype]
     b, n = scheme.bits, x.shape[0]
     qmin, qmax = -(1 << (b - 1)), (1 << (b - 1)) - 1
@@ -174,10 +182,16 @@ def _int_weight(x: np.ndarray, scheme: Scheme, name: str) -> dict[str, np.ndarra
     if zp is not None:
         kw.update(zero_point=zp, zero_point_order="before_rounding")
     if not scheme.packed:
-        q = nbquant.quantize(x, s32, "int8", quant_min=qmin, quant_max=qmax, **kw)
+        q = nbquant.quantize(x, s32, "int8", quant_min=qmin, quant_max=qmax, out=_view(buf, np.int8, x.shape), **kw)
         return {"weight": q, "weight_scale": s.reshape(n, -1)}
-    q = nbquant.quantize(x, s32, _FORMATS[b], packed=b < 8, **kw)
-    out = {"weight_packed": _flip_sign_bits(q, b).view(np.int32).reshape(n, -1), "weight_scale": s,
+    if zp is None:  # clamp(rne(v), qmin, qmax) + 2**(b-1) is the unsigned code with that zero point after rounding
+        offset = np.full(s32.shape, 1 << (b - 1), np.float32)
+        q = np.asarray(nbquant.quantize(x, s32, "u" + _FORMATS[b], zero_point=offset, packed=b < 8,
+                                        out=_view(buf, np.uint8, (n, x.shape[1] * b // 8)), **kw))
+    else:  # the zero point is added before rounding, in h: codes are signed, their sign bits flipped after
+        dest = _view(buf, np.uint8 if b < 8 else np.int8, (n, x.shape[1] * b // 8))
+        q = _flip_sign_bits(nbquant.quantize(x, s32, _FORMATS[b], packed=b < 8, out=dest, **kw), b)
+    out = {"weight_packed": q.view(np.uint8).view(np.int32).reshape(n, -1), "weight_scale": s,
            "weight_shape": np.array(x.shape, np.int64)}
     if zp is not None:
         out["weight_zero_point"] = _pack_rows(zp, b)
@@ -195,7 +209,7 @@ def _pack_rows(zp: np.ndarray, bits: int) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(packed).view(np.uint8).view(np.int32).T)
 
 
-def _fp8_weight(x: np.ndarray, scheme: Scheme, name: str) -> dict[str, np.ndarray]:
+def _fp8_weight(x: np.ndarray, scheme: Scheme, name: str, buf=None) -> dict[str, np.ndarray]:
     h, hname = x.dtype, WEIGHT_DTYPES[x.dtype]
     n, k = x.shape
     with np.errstate(all="ignore"):
@@ -210,10 +224,12 @@ def _fp8_weight(x: np.ndarray, scheme: Scheme, name: str) -> dict[str, np.ndarra
         s = (_in(h, a) / _in(h, _E4M3_MAX)).astype(h)
     s = np.where(s == 0, _in(h, _eps(h)), s).astype(h)
     if scheme.strategy == "channel":
-        q = nbquant.quantize(x, s.astype(np.float32), "float8_e4m3fn", axis=0, compute_dtype=hname)
+        q = nbquant.quantize(x, s.astype(np.float32), "float8_e4m3fn", axis=0, compute_dtype=hname,
+                             out=_view(buf, ml_dtypes.float8_e4m3fn, x.shape))
         return {"weight": q, "weight_scale": s.reshape(n, 1)}
     expanded = np.repeat(s.astype(np.float32), 128, axis=0)[:n]
-    q = nbquant.quantize(x, expanded, "float8_e4m3fn", axis=1, block_size=min(128, k), compute_dtype=hname)
+    q = nbquant.quantize(x, expanded, "float8_e4m3fn", axis=1, block_size=min(128, k), compute_dtype=hname,
+                         out=_view(buf, ml_dtypes.float8_e4m3fn, x.shape))
     return {"weight": q, "weight_scale": s}
 
 
@@ -240,16 +256,17 @@ def _mx_codes(a: np.ndarray, h: np.dtype, bits: int) -> np.ndarray:
     return scale
 
 
-def _mx_weight(x: np.ndarray, scheme: Scheme, name: str) -> dict[str, np.ndarray]:
+def _mx_weight(x: np.ndarray, scheme: Scheme, name: str, buf=None) -> dict[str, np.ndarray]:
     h, hname = x.dtype, WEIGHT_DTYPES[x.dtype]
     scale = _mx_codes(weight_amax(name, x, (1, 32)), h, scheme.bits)
     s32 = scale.astype(np.float32)
     code = (127 + np.floor(np.log2(s32))).astype(np.uint8)
     if scheme.bits == 4:
-        q = np.asarray(nbquant.quantize(x, s32, "float4_e2m1fn", block_size=(1, 32), packed=True,
-                                        compute_dtype=hname)).view(np.uint8)
+        q = np.asarray(nbquant.quantize(x, s32, "float4_e2m1fn", block_size=(1, 32), packed=True, compute_dtype=hname,
+                                        out=_view(buf, np.uint8, (x.shape[0], x.shape[1] // 2)))).view(np.uint8)
         return {"weight_packed": _signed_zero_codes(x, q), "weight_scale": code}
-    q = nbquant.quantize(x, s32, "float8_e4m3fn", block_size=(1, 32), compute_dtype=hname)
+    q = nbquant.quantize(x, s32, "float8_e4m3fn", block_size=(1, 32), compute_dtype=hname,
+                         out=_view(buf, ml_dtypes.float8_e4m3fn, x.shape))
     return {"weight": q, "weight_scale": code}
 
 
@@ -263,7 +280,7 @@ def _signed_zero_codes(x: np.ndarray, q: np.ndarray) -> np.ndarray:
     return q
 
 
-def _nvfp4_weight(x: np.ndarray, gs: np.float32, name: str) -> dict[str, np.ndarray]:
+def _nvfp4_weight(x: np.ndarray, gs: np.float32, name: str, buf=None) -> dict[str, np.ndarray]:
     h = x.dtype
     a = _in(h, weight_amax(name, x, (1, 16)))
     with np.errstate(all="ignore"):
@@ -272,13 +289,14 @@ def _nvfp4_weight(x: np.ndarray, gs: np.float32, name: str) -> dict[str, np.ndar
     code = np.asarray(nbquant.quantize(scale, 1.0, "float8_e4m3fn")).astype(np.float32)
     code = np.where(code == 0, np.float32(0.125), code).astype(h).astype(np.float32)
     divisor = code / np.float32(gs)
-    q = np.asarray(nbquant.quantize(x, divisor, "float4_e2m1fn", block_size=(1, 16), packed=True)).view(np.uint8)
+    q = np.asarray(nbquant.quantize(x, divisor, "float4_e2m1fn", block_size=(1, 16), packed=True,
+                                    out=_view(buf, np.uint8, (x.shape[0], x.shape[1] // 2)))).view(np.uint8)
     return {"weight_packed": _signed_zero_codes(x, q), "weight_scale": code.astype(ml_dtypes.float8_e4m3fn),
             "weight_global_scale": np.array([gs], np.float32)}
 
 
 def quantize_weight(x: np.ndarray, scheme: Scheme, gs: np.float32 | None = None,
-                    name: str = "weight") -> dict[str, np.ndarray]:
+                    name: str = "weight", buffer: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The tensors (by suffix: ``weight_packed``, ``weight_scale`` ...) that ``scheme`` turns weight ``x`` into.
 
     Parameters
@@ -290,17 +308,22 @@ def quantize_weight(x: np.ndarray, scheme: Scheme, gs: np.float32 | None = None,
         NVFP4's global scale (:func:`global_scale` of the fused weights' amax); default: this weight's own.
     name : str
         The tensor's name, for error messages.
+    buffer : numpy.ndarray, optional
+        uint8, at least ``x.size`` bytes: the codes are written there (a view of it is
+        returned), so that a caller converting many weights reuses one allocation.
     """
     check_weight(name, x.dtype, x.shape, scheme)
+    if buffer is not None and (buffer.dtype != np.uint8 or buffer.size < x.size or not buffer.flags.c_contiguous):
+        raise ValueError(f"buffer must be a contiguous uint8 array of at least {x.size} bytes")
     if scheme.kind == "int":
-        return _int_weight(x, scheme, name)
+        return _int_weight(x, scheme, name, buffer)
     if scheme.kind == "fp8":
-        return _fp8_weight(x, scheme, name)
+        return _fp8_weight(x, scheme, name, buffer)
     if scheme.kind == "mx":
-        return _mx_weight(x, scheme, name)
+        return _mx_weight(x, scheme, name, buffer)
     if gs is None:
         gs = global_scale(float(weight_amax(name, x, None).max()), x.dtype)
-    return _nvfp4_weight(x, gs, name)
+    return _nvfp4_weight(x, gs, name, buffer)
 
 
 def dequantize_weight(t: dict[str, np.ndarray], scheme: Scheme, dtype: np.dtype,

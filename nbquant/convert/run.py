@@ -155,6 +155,8 @@ def _quantize_shard(ckpt: Checkpoint, writer: ShardWriter, plan, scheme: Scheme,
                     progress: Progress, check: tuple[bool, bool]) -> None:
     """Quantize and write the weights of one shard, one at a time (NVFP4: fused global scales first)."""
     _, quantized, names = plan
+    entries = [ckpt.shards[ckpt.weight_map[n]].entries[n] for n in quantized]
+    buffer = np.empty(max((math.prod(e.shape) for e in entries), default=0), np.uint8)  # codes, reused
     scales = {}
     if scheme.kind == "nvfp4":
         for group in fused_groups(names):
@@ -174,7 +176,7 @@ def _quantize_shard(ckpt: Checkpoint, writer: ShardWriter, plan, scheme: Scheme,
         f = ckpt.shards[ckpt.weight_map[name]]
         e = f.entries[name]
         x = f.tensor(name)
-        out = quantize_weight(x, scheme, scales.get(name), name)
+        out = quantize_weight(x, scheme, scales.get(name), name, buffer)
         for suffix, arr in out.items():
             writer.write(f"{quantized[name]}.{suffix}", arr)
         report.quantized.append(_check(name, x, out, scheme, check[1]) if check[0] else
