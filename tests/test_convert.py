@@ -229,7 +229,12 @@ def test_nvfp4_partners_share_a_global_scale_across_shards(llama, tmp_path):
 
 
 def test_matching_norms_ignores_and_patterns(llama, tmp_path):
-    r = convert(llama, tmp_path / "out", "W8A16", ignore=["re:model\\.layers\\.1\\.", "lm_head"], progress=False)
+    import nbquant
+
+    threads = nbquant.get_num_threads()
+    r = convert(llama, tmp_path / "out", "W8A16", ignore=["re:model\\.layers\\.1\\.", "lm_head"], progress=False,
+                workers=1)
+    assert nbquant.get_num_threads() == threads  # workers= lasts for the conversion only
     quantized = {t.name for t in r.quantized}
     assert "model.embed_tokens.weight" in quantized and "model.layers.0.mlp.down_proj.weight" in quantized
     assert not any(n.startswith("model.layers.1.") for n in quantized)

@@ -22,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+import nbquant
+
 from .numerics import check_weight, dequantize_weight, global_scale, output_entries, quantize_weight, weight_amax
 from .plan import Checkpoint, fused_groups, jobs, open_checkpoint, skip_reason
 from .report import Progress, Report, TensorReport, sqnr_db
@@ -220,7 +222,8 @@ def convert(
         Module names, or ``re:`` patterns matched from the start of the module name, to keep
         unquantized (``["lm_head"]``). Modules whose name ends with ``norm`` are always kept.
     workers : int, optional
-        Threads of nbquant's cpu kernels (:func:`nbquant.set_num_threads`); default: unchanged.
+        Threads of nbquant's cpu kernels during the conversion (:func:`nbquant.set_num_threads`,
+        restored after); default: nbquant's setting (``NBQUANT_NUM_THREADS``, else every core).
     report : path, optional
         Write the JSON report there.
     overwrite : bool
@@ -267,18 +270,19 @@ def convert(
     if os.path.abspath(dst).startswith(os.path.join(os.path.abspath(src), "")):
         raise ConvertError(f"{dst}: the destination is inside the source folder")
     plans = _plan(ckpt, sch, ignore)
-    if workers is not None:
-        import nbquant
-
-        nbquant.set_num_threads(workers)
     outputs = set(plans) | {ckpt.index_name, "config.json"} | {f.split(os.sep)[0] for f in ckpt.other_files}
-    resume = _prepare_dst(dst, _stamp(ckpt, str(scheme), ignore), overwrite, outputs)
+    threads = nbquant.get_num_threads()
     try:
+        resume = _prepare_dst(dst, _stamp(ckpt, str(scheme), ignore), overwrite, outputs)
+        if workers is not None:
+            nbquant.set_num_threads(workers)
         rep = _run(ckpt, src, dst, sch, str(scheme), ignore, plans, resume, progress, (check, full_check),
                    log or (lambda line: None))
     except OSError as e:
         where = e.filename or dst
         raise ConvertError(f"{where}: {e.strerror or e}") from None
+    finally:
+        nbquant.set_num_threads(threads)
     rep.seconds = time.perf_counter() - start
     if report is not None:
         rep.write(os.fspath(report))
