@@ -311,6 +311,20 @@ def quantize_weight(x: np.ndarray, scheme: Scheme, gs: np.float32 | None = None,
     buffer : numpy.ndarray, optional
         uint8, at least ``x.size`` bytes: the codes are written there (a view of it is
         returned), so that a caller converting many weights reuses one allocation.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        The compressed-tensors tensors of the weight, by suffix (prefix them with the module name).
+
+    Examples
+    --------
+    >>> import numpy as np, ml_dtypes
+    >>> from nbquant.convert import get_scheme, quantize_weight
+    >>> x = np.linspace(-1, 1, 4 * 32, dtype=np.float32).reshape(4, 32).astype(ml_dtypes.bfloat16)
+    >>> out = quantize_weight(x, get_scheme("MXFP4A16"))
+    >>> out["weight_packed"].shape, out["weight_scale"].ravel().tolist()
+    ((4, 16), [125, 124, 124, 125])
     """
     check_weight(name, x.dtype, x.shape, scheme)
     if buffer is not None and (buffer.dtype != np.uint8 or buffer.size < x.size or not buffer.flags.c_contiguous):
@@ -333,6 +347,15 @@ def dequantize_weight(t: dict[str, np.ndarray], scheme: Scheme, dtype: np.dtype,
     This is compressed-tensors' decompression: ``(q - zp) * s`` (int), ``e4m3 * s`` (fp8),
     ``e2m1 * fl32(scale / gs)`` (nvfp4), ``element * 2**(code - 127)`` (mx), each computed in
     float32 and rounded once to ``dtype``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nbquant.convert import get_scheme, quantize_weight
+    >>> x = np.array([[0.5, -1.0, 2.0, 6.0] * 4], np.float32)
+    >>> y = dequantize_weight(quantize_weight(x, get_scheme("NVFP4A16")), get_scheme("NVFP4A16"), np.float32)
+    >>> y[0, :4].tolist()
+    [0.5, -1.0, 2.0, 6.0]
     """
     h = np.dtype(dtype)
     scale = t["weight_scale"][rows]

@@ -51,7 +51,14 @@ class TensorReport:
 
 @dataclass
 class Report:
-    """Everything a conversion did; :meth:`to_json` is the ``--report`` file."""
+    """Everything a conversion did; :meth:`to_json` is the ``--report`` file.
+
+    Examples
+    --------
+    >>> r = Report("W4A16", "src", "dst", bytes_in=10**6, seconds=0.5)
+    >>> r.mb_per_s, r.to_json()["mb_per_s"]
+    (2.0, 2.0)
+    """
 
     scheme: str
     src: str

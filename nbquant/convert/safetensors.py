@@ -228,6 +228,17 @@ class ShardWriter:
         Every tensor the file will hold (the header is written first).
     metadata : dict, optional
         The ``__metadata__`` map.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.safetensors")
+    >>> w = ShardWriter(p, [("a", "F32", (2,))])
+    >>> os.path.exists(p), os.path.exists(w.partial)
+    (False, True)
+    >>> w.write("a", np.ones(2, np.float32)); w.close()
+    >>> os.path.exists(p), os.path.exists(w.partial)
+    (True, False)
     """
 
     def __init__(self, path: str, entries: Iterable[tuple[str, str, tuple[int, ...]]],

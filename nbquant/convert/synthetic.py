@@ -80,6 +80,13 @@ def write_synthetic_checkpoint(path: str | os.PathLike, *, hidden: int = 1024, i
     -------
     list of str
         The tensor names written.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> names = write_synthetic_checkpoint(tempfile.mkdtemp(), hidden=64, intermediate=128, layers=1, vocab=16)
+    >>> names[:2], len(names)
+    (['model.embed_tokens.weight', 'model.layers.0.input_layernorm.weight'], 12)
     """
     path = os.fspath(path)
     os.makedirs(path, exist_ok=True)
