@@ -24,6 +24,7 @@ import numpy as np
 
 import nbquant
 
+from .. import threads as threads_module
 from .numerics import check_weight, dequantize_weight, global_scale, output_entries, quantize_weight, weight_amax
 from .plan import Checkpoint, fused_groups, jobs, open_checkpoint, skip_reason
 from .report import Progress, Report, TensorReport, sqnr_db
@@ -271,7 +272,7 @@ def convert(
         raise ConvertError(f"{dst}: the destination is inside the source folder")
     plans = _plan(ckpt, sch, ignore)
     outputs = set(plans) | {ckpt.index_name, "config.json"} | {f.split(os.sep)[0] for f in ckpt.other_files}
-    threads = nbquant.get_num_threads()
+    requested = list(threads_module._requested)  # the thread count as set (or not) before this call
     try:
         resume = _prepare_dst(dst, _stamp(ckpt, str(scheme), ignore), overwrite, outputs)
         if workers is not None:
@@ -282,7 +283,7 @@ def convert(
         where = e.filename or dst
         raise ConvertError(f"{where}: {e.strerror or e}") from None
     finally:
-        nbquant.set_num_threads(threads)
+        threads_module._requested[:] = requested
     rep.seconds = time.perf_counter() - start
     if report is not None:
         rep.write(os.fspath(report))
