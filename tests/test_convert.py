@@ -526,3 +526,24 @@ def test_demo_ends_with_a_conversion(capsys):
     assert out[-1].startswith("15 quantized, 6 kept")
     assert cli.main(["demo", "--size", "16x96", "--backend", "cpu", "--repeats", "1", "--no-convert"]) == 0
     assert "convert:" not in capsys.readouterr().out
+
+
+def test_fused_moe_experts_are_split_per_expert(tmp_path):
+    """llm-compressor's split_fused_moe_experts: a 3-D gate_up_proj / down_proj becomes one weight per expert."""
+    rng = np.random.default_rng(5)
+    gate_up, down = heavy(rng, (3 * 256, 256)).reshape(3, 256, 256), heavy(rng, (3 * 64, 128))
+    d = small_checkpoint(tmp_path / "moe", {"l.mlp.experts.gate_up_proj": gate_up,
+                                            "l.mlp.experts.down_proj": down.reshape(3, 64, 128),
+                                            "l.mlp.experts.gate_up_proj_bias": np.ones((3, 256), BF16)})
+    r = convert(d, tmp_path / "out", "W8A16", ignore=["re:.*2\\.down_proj"], progress=False)
+    assert sorted(t.name for t in r.quantized) == sorted(
+        [f"l.mlp.experts.{e}.{p}_proj.weight" for e in range(3) for p in ("gate", "up")] +
+        ["l.mlp.experts.0.down_proj.weight", "l.mlp.experts.1.down_proj.weight"])
+    out = tensors_of(tmp_path / "out")
+    assert out["l.mlp.experts.2.down_proj.weight"].tobytes() == down[128:].tobytes()  # kept, but split
+    assert out["l.mlp.experts.gate_up_proj_bias"].shape == (3, 256)
+    got = dequantize_weight(module_tensors(out, "l.mlp.experts.1.up_proj"), get_scheme("W8A16"), BF16)
+    ref = gate_up[1, 128:].astype(np.float32)
+    step = np.repeat(np.abs(ref).reshape(128, 2, 128).max(-1) / 127, 128, axis=1)
+    steps = np.abs(got.astype(np.float32) - ref) / step
+    assert steps.max() <= 1.0  # within a step of its group's int8 grid (bfloat16 scales and quotients)

@@ -36,7 +36,7 @@ SCHEMES = ["W4A16", "W4A16_ASYM", "W8A16", "W2A16", "W8A8", "INT8", "W4A8", "W3A
 def _weight(rng, name: str, shape, dtype) -> np.ndarray:
     if len(shape) == 1:
         return (1 + 0.1 * rng.standard_normal(shape)).astype(dtype)
-    rows = np.exp(rng.uniform(-3, 3, (shape[0], 1)))
+    rows = np.exp(rng.uniform(-3, 3, (*shape[:-1], 1)))
     w = (rng.standard_t(3, shape) * rows * 0.02).astype(np.float32)
     if name.endswith("up_proj.weight"):
         w[0, :128] = 0  # an all-zero group (eps scales, the asymmetric zero point of 0 / 0)
@@ -51,6 +51,9 @@ def _checkpoint(path, dtype, shard_bytes: int = 200_000) -> str:
     os.makedirs(path, exist_ok=True)
     rng = np.random.default_rng(7)
     tensors = llama_tensors(hidden=256, intermediate=384, layers=2, vocab=160)
+    tensors += [("model.layers.1.mlp.experts.gate_up_proj", (2, 256, 256)),  # fused MoE experts, split per expert
+                ("model.layers.1.mlp.experts.down_proj", (2, 256, 128)),
+                ("model.layers.1.mlp.experts.gate_up_proj_bias", (2, 256))]
     shards, size = [[]], 0
     for name, shape in tensors:
         n = int(np.prod(shape)) * np.dtype(dtype).itemsize

@@ -12,6 +12,9 @@
   wherever they were, as ``model_free_ptq`` moves them.
 * :func:`fused_groups`: the weights of a job that share one global scale (llm-compressor's
   ``get_fused_names``: natural order, complete sets only).
+* :func:`items`: the output tensors of a source tensor: itself, or, for a 3-D fused MoE tensor
+  (``gate_up_proj``, ``down_proj``), one 2-D weight per expert and projection
+  (llm-compressor's ``split_fused_moe_experts``).
 
 Examples
 --------
@@ -32,7 +35,8 @@ from dataclasses import dataclass, field
 
 from .safetensors import ConvertError, SafetensorsFile
 
-__all__ = ["Checkpoint", "open_checkpoint", "matches", "skip_reason", "dependencies", "jobs", "fused_groups"]
+__all__ = ["Checkpoint", "Item", "open_checkpoint", "matches", "skip_reason", "dependencies", "jobs", "fused_groups",
+           "items"]
 
 #: Primary weight pattern → its partners (llm-compressor's ``DEFAULT_FUSED_MAPPINGS``).
 FUSED_PARTNERS: dict[str, list[str]] = {
@@ -261,3 +265,68 @@ def fused_groups(names: Iterable[str]) -> list[list[str]]:
                 groups.append([current[t] for t in targets])
                 current = dict.fromkeys(targets)
     return groups
+
+
+#: 3-D fused MoE tensors → the per-expert projections they are cut into (``split_fused_moe_experts``).
+MOE_SPLITS: dict[str, list[str]] = {"gate_up_proj": ["gate_proj", "up_proj"], "down_proj": ["down_proj"]}
+
+
+@dataclass(frozen=True)
+class Item:
+    """One tensor of the output before quantization: a source tensor, or rows of one expert of a fused MoE tensor.
+
+    Attributes
+    ----------
+    name : str
+        Its name in the output (quantized: the module name plus the scheme's suffixes).
+    source : str
+        The source tensor.
+    shape : tuple of int
+    expert : int or None
+        The expert index into a 3-D source (None: the whole source).
+    rows : tuple of int
+        ``(start, stop)`` rows of that expert's matrix.
+    """
+
+    name: str
+    source: str
+    shape: tuple[int, ...]
+    expert: int | None = None
+    rows: tuple[int, int] = (0, 0)
+
+    def offset(self, begin: int, itemsize: int, source_shape: tuple[int, ...]) -> int:
+        """Byte offset of the item's data in the file, given its source's ``begin`` offset and shape."""
+        if self.expert is None:
+            return begin
+        return begin + (self.expert * source_shape[1] + self.rows[0]) * source_shape[2] * itemsize
+
+
+def items(name: str, shape: tuple[int, ...]) -> list[Item]:
+    """The output tensors of source tensor ``name``: itself, or its experts' 2-D projections.
+
+    Examples
+    --------
+    >>> [i.name for i in items("m.experts.gate_up_proj", (2, 8, 4))]  # doctest: +NORMALIZE_WHITESPACE
+    ['m.experts.0.gate_proj.weight', 'm.experts.0.up_proj.weight', 'm.experts.1.gate_proj.weight',
+     'm.experts.1.up_proj.weight']
+    >>> items("m.experts.1.down_proj.weight", (4, 8))[0].shape
+    (4, 8)
+    """
+    keys = [k for k in MOE_SPLITS if k in name]
+    if len(keys) >= 2:
+        raise ConvertError(f"tensor {name}: its name holds both {' and '.join(keys)}; llm-compressor cannot tell "
+                           "which fused MoE projection it is")
+    if len(keys) == 1 and len(shape) == 3:
+        parts = MOE_SPLITS[keys[0]]
+        if shape[1] % len(parts):
+            raise ConvertError(f"tensor {name}: a fused {keys[0]} of shape {tuple(shape)} needs dimension 1 "
+                               f"divisible by {len(parts)}")
+        rows = shape[1] // len(parts)
+        out = []
+        for e in range(shape[0]):
+            for i, part in enumerate(parts):
+                key = name.replace(keys[0], f"{e}.{part}")
+                key = key if key.endswith(".weight") else key + ".weight"
+                out.append(Item(key, name, (rows, shape[2]), e, (i * rows, (i + 1) * rows)))
+        return out
+    return [Item(name, name, tuple(shape))]

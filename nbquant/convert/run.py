@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,9 +27,9 @@ import nbquant
 
 from .. import threads as threads_module
 from .numerics import check_weight, dequantize_weight, global_scale, output_entries, quantize_weight, weight_amax
-from .plan import Checkpoint, fused_groups, jobs, open_checkpoint, skip_reason
+from .plan import Checkpoint, Item, fused_groups, items, jobs, open_checkpoint, skip_reason
 from .report import Progress, Report, TensorReport, sqnr_db
-from .safetensors import ConvertError, ShardWriter, layout, sync_dir
+from .safetensors import ConvertError, SafetensorsFile, ShardWriter, layout, sync_dir
 from .schemes import Scheme, get_scheme, quantization_config
 
 __all__ = ["convert", "STAMP", "CHECK_ELEMENTS"]
@@ -39,29 +40,51 @@ STAMP = ".nbquant-convert.json"
 CHECK_ELEMENTS = 1 << 16
 
 
-def _plan(ckpt: Checkpoint, scheme: Scheme, ignore: list[str]):
-    """Per output shard: its entries, and the weights it quantizes (name → module); every bad weight raises here."""
-    shard_jobs = jobs(ckpt, fused=scheme.kind == "nvfp4")
+@dataclass
+class ShardPlan:
+    """One output shard: its tensors' entries, its items, and which items it quantizes (name → module)."""
+
+    entries: list
+    items: list[Item]
+    quantized: dict[str, str]
+    sources: dict[str, SafetensorsFile]
+
+    def entry(self, item: Item):
+        """The source entry of ``item``."""
+        return self.sources[item.source].entries[item.source]
+
+    def nbytes(self, item: Item) -> int:
+        """The source bytes of ``item``."""
+        return math.prod(item.shape) * self.entry(item).numpy_dtype.itemsize if self.entry(item).numpy_dtype \
+            else self.entry(item).nbytes
+
+
+def _plan(ckpt: Checkpoint, scheme: Scheme, ignore: list[str]) -> dict[str, ShardPlan]:
+    """Every output shard, planned: every bad weight raises here, before anything is written."""
     plans = {}
-    for shard, names in shard_jobs.items():
-        entries, quantized = [], {}
+    for shard, names in jobs(ckpt, fused=scheme.kind == "nvfp4").items():
+        entries, quantized, shard_items = [], {}, []
+        sources = {n: ckpt.shards[ckpt.weight_map[n]] for n in names}
         for name in names:
-            e = ckpt.shards[ckpt.weight_map[name]].entries[name]
-            if skip_reason(name, ignore) is None:
-                check_weight(name, e.numpy_dtype if e.numpy_dtype is not None else e.dtype, e.shape, scheme)
-                module = name.rpartition(".")[0]
-                quantized[name] = module
-                entries += [(f"{module}.{suffix}", dt, shape) for suffix, dt, shape in
-                            output_entries(scheme, e.shape, e.numpy_dtype)]
-            else:
-                entries.append((name, e.dtype, e.shape))
-        seen: dict[str, str] = {}
+            e = sources[name].entries[name]
+            for item in items(name, e.shape):
+                shard_items.append(item)
+                if skip_reason(item.name, ignore) is None:
+                    check_weight(item.name, e.numpy_dtype if e.numpy_dtype is not None else e.dtype, item.shape,
+                                 scheme)
+                    module = item.name.rpartition(".")[0]
+                    quantized[item.name] = module
+                    entries += [(f"{module}.{suffix}", dt, shape) for suffix, dt, shape in
+                                output_entries(scheme, item.shape, e.numpy_dtype)]
+                else:
+                    entries.append((item.name, e.dtype, item.shape))
+        seen: set[str] = set()
         for out_name, _, _ in entries:
             if out_name in seen:
                 raise ConvertError(f"tensor {out_name}: written twice in {shard} (the checkpoint already holds "
                                    "quantized tensors?)")
-            seen[out_name] = shard
-        plans[shard] = (entries, quantized, names)
+            seen.add(out_name)
+        plans[shard] = ShardPlan(entries, shard_items, quantized, sources)
     return plans
 
 
@@ -143,49 +166,45 @@ def _warm_up(scheme: Scheme, dtypes: set) -> threading.Thread:
     return thread
 
 
-def _copy_kept(ckpt: Checkpoint, writer: ShardWriter, plan, progress: Progress) -> None:
+def _copy_kept(writer: ShardWriter, plan: ShardPlan, progress: Progress) -> None:
     """Copy the tensors a shard keeps as they are (file to file, outside the interpreter lock)."""
-    _, quantized, names = plan
-    for name in names:
-        if name not in quantized:
-            f = ckpt.shards[ckpt.weight_map[name]]
-            e = f.entries[name]
-            writer.copy(name, f.path, e.begin)
-            progress.update(e.nbytes)
+    for item in plan.items:
+        if item.name not in plan.quantized:
+            f, e = plan.sources[item.source], plan.entry(item)
+            itemsize = e.numpy_dtype.itemsize if e.numpy_dtype is not None else 1
+            writer.copy(item.name, f.path, item.offset(e.begin, itemsize, e.shape))
+            progress.update(plan.nbytes(item))
 
 
-def _quantize_shard(ckpt: Checkpoint, writer: ShardWriter, plan, scheme: Scheme, report: Report,
-                    progress: Progress, check: tuple[bool, bool]) -> None:
+def _load(plan: ShardPlan, item: Item) -> np.ndarray:
+    """The 2-D weight of ``item``, mapped from its file."""
+    x = plan.sources[item.source].tensor(item.source)
+    return x if item.expert is None else x[item.expert, item.rows[0]:item.rows[1]]
+
+
+def _quantize_shard(writer: ShardWriter, plan: ShardPlan, scheme: Scheme, report: Report, progress: Progress,
+                    check: tuple[bool, bool]) -> None:
     """Quantize and write the weights of one shard, one at a time (NVFP4: fused global scales first)."""
-    _, quantized, names = plan
-    entries = [ckpt.shards[ckpt.weight_map[n]].entries[n] for n in quantized]
-    buffer = np.empty(max((math.prod(e.shape) for e in entries), default=0), np.uint8)  # codes, reused
+    todo = [item for item in plan.items if item.name in plan.quantized]
+    buffer = np.empty(max((math.prod(i.shape) for i in todo), default=0), np.uint8)  # codes, reused
     scales = {}
     if scheme.kind == "nvfp4":
-        for group in fused_groups(names):
-            members = [n for n in group if n in quantized]
-            if not members:
-                continue
-            amax = 0.0
-            for n in members:
-                f = ckpt.shards[ckpt.weight_map[n]]
-                amax = max(amax, float(weight_amax(n, f.tensor(n), None).max()))
-            first = ckpt.shards[ckpt.weight_map[members[0]]].entries[members[0]]
-            gs = global_scale(amax, first.numpy_dtype)
-            scales.update(dict.fromkeys(members, gs))
-    for name in names:
-        if name not in quantized:
-            continue
-        f = ckpt.shards[ckpt.weight_map[name]]
-        e = f.entries[name]
-        x = f.tensor(name)
-        out = quantize_weight(x, scheme, scales.get(name), name, buffer)
+        by_name = {i.name: i for i in todo}
+        for group in fused_groups(i.name for i in plan.items):
+            members = [by_name[n] for n in group if n in by_name]
+            if members:
+                amax = max(float(weight_amax(i.name, _load(plan, i), None).max()) for i in members)
+                gs = global_scale(amax, plan.entry(members[0]).numpy_dtype)
+                scales.update(dict.fromkeys((i.name for i in members), gs))
+    for item in todo:
+        x = _load(plan, item)
+        out = quantize_weight(x, scheme, scales.get(item.name), item.name, buffer)
         for suffix, arr in out.items():
-            writer.write(f"{quantized[name]}.{suffix}", arr)
-        report.quantized.append(_check(name, x, out, scheme, check[1]) if check[0] else
-                                TensorReport(name, scheme.name, tuple(e.shape), str(x.dtype), math.nan, math.nan, 0))
+            writer.write(f"{plan.quantized[item.name]}.{suffix}", arr)
+        report.quantized.append(_check(item.name, x, out, scheme, check[1]) if check[0] else
+                                TensorReport(item.name, scheme.name, item.shape, str(x.dtype), math.nan, math.nan, 0))
         del x, out
-        progress.update(e.nbytes)
+        progress.update(plan.nbytes(item))
 
 
 def convert(
@@ -298,37 +317,36 @@ def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, ignore:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copyfile(os.path.join(src, rel), target)
     say(f"copied {len(ckpt.other_files)} file(s)")
-    names = [n for _, _, names in plans.values() for n in names]
-    rep.skipped = [{"name": n, "reason": skip_reason(n, ignore)} for n in names if skip_reason(n, ignore)]
-    bar = Progress(len(names), sum(ckpt.shards[ckpt.weight_map[n]].entries[n].nbytes for n in names),
-                   enabled=progress)
+    all_items = [(plan, item) for plan in plans.values() for item in plan.items]
+    rep.skipped = [{"name": i.name, "reason": skip_reason(i.name, ignore)} for p, i in all_items
+                   if i.name not in p.quantized]
+    bar = Progress(len(all_items), sum(plan.nbytes(item) for plan, item in all_items), enabled=progress)
     weight_map: dict[str, str] = {}
-    dtypes = {ckpt.shards[ckpt.weight_map[n]].entries[n].numpy_dtype for _, q, _ in plans.values() for n in q}
+    dtypes = {plan.entry(i).numpy_dtype for plan in plans.values() for i in plan.items if i.name in plan.quantized}
     todo = {}
     for shard, plan in plans.items():
-        entries = plan[0]
         final = os.path.join(dst, shard)
-        head, offsets = layout(entries)
+        head, offsets = layout(plan.entries)
         if resume and os.path.isfile(final) and os.path.getsize(final) == len(head) + max(
                 [b for _, b in offsets.values()], default=0):
             rep.resumed_shards.append(shard)
-            bar.update(sum(ckpt.shards[ckpt.weight_map[n]].entries[n].nbytes for n in plan[2]), len(plan[2]))
+            bar.update(sum(plan.nbytes(i) for i in plan.items), len(plan.items))
         else:
             todo[shard] = plan
-        weight_map.update(dict.fromkeys((name for name, _, _ in entries), shard))
+        weight_map.update(dict.fromkeys((name for name, _, _ in plan.entries), shard))
         rep.bytes_out += sum(b - a for a, b in offsets.values())
     warm = _warm_up(sch, dtypes) if todo else None
     writers: dict[str, ShardWriter] = {}
     try:
         with ThreadPoolExecutor(1, thread_name_prefix="nbquant-convert-sync") as closer:
             for shard, plan in todo.items():  # the kept tensors first, while the kernels load
-                writers[shard] = ShardWriter(os.path.join(dst, shard), plan[0])
-                _copy_kept(ckpt, writers[shard], plan, bar)
+                writers[shard] = ShardWriter(os.path.join(dst, shard), plan.entries)
+                _copy_kept(writers[shard], plan, bar)
             if warm is not None:
                 warm.join()
             closing = []
             for shard, plan in todo.items():
-                _quantize_shard(ckpt, writers[shard], plan, sch, rep, bar, check)
+                _quantize_shard(writers[shard], plan, sch, rep, bar, check)
                 closing.append(closer.submit(writers[shard].close))  # sync and rename while the next one runs
                 say(f"wrote {shard}")
             for done in closing:
@@ -340,7 +358,7 @@ def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, ignore:
     bar.close()
     rep.shards = list(plans)
     rep.bytes_in = ckpt.total_bytes
-    quantized = any(plan[1] for plan in plans.values())
+    quantized = any(plan.quantized for plan in plans.values())
     config = dict(ckpt.config, quantization_config=quantization_config(scheme, sch, ignore, quantized))
     index = {"metadata": {"total_size": rep.bytes_out}, "weight_map": weight_map}
     _write_text(os.path.join(dst, ckpt.index_name), json.dumps(index, indent=2, sort_keys=True))
