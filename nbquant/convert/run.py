@@ -101,7 +101,7 @@ def _prepare_dst(dst: str, stamp: dict, overwrite: bool, outputs: Iterable[str])
     stamp_path = os.path.join(dst, STAMP)
     existing = set(os.listdir(dst))
     resume = False
-    if STAMP in existing:
+    if STAMP in existing and not overwrite:  # --overwrite starts clean even over an unfinished run
         try:
             with open(stamp_path, encoding="utf-8") as f:
                 resume = json.load(f) == json.loads(json.dumps(stamp))
