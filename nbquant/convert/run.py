@@ -144,8 +144,9 @@ def _check(name: str, x: np.ndarray, out: dict, scheme: Scheme, full: bool) -> T
         sl = slice(start, min(n, start + chunk), step)
         ref = np.asarray(x[sl], np.float32)
         err = dequantize_weight(out, scheme, x.dtype, sl).astype(np.float32) - ref
-        signal += float(np.dot(ref.ravel().astype(np.float64), ref.ravel()))
-        noise += float(np.dot(err.ravel().astype(np.float64), err.ravel()))
+        r64, e64 = ref.ravel().astype(np.float64), err.ravel().astype(np.float64)  # one dtype: BLAS, not a loop
+        signal += float(np.dot(r64, r64))
+        noise += float(np.dot(e64, e64))
         worst = max(worst, float(np.abs(err).max()))
         rows += ref.shape[0]
     return TensorReport(name, scheme.name, (n, k), str(x.dtype), sqnr_db(signal, noise), worst, rows)
