@@ -48,7 +48,7 @@ from .safetensors import ConvertError, dtype_name
 from .schemes import Scheme
 
 __all__ = ["WEIGHT_DTYPES", "check_weight", "output_entries", "quantize_weight", "dequantize_weight",
-           "global_scale", "weight_amax"]
+           "global_scale", "weight_amax", "nvfp4_block_amax"]
 
 #: The weight dtypes a scheme quantizes, with nbquant's ``compute_dtype`` name.
 WEIGHT_DTYPES = {np.dtype(ml_dtypes.bfloat16): "bfloat16", np.dtype(np.float16): "float16",
@@ -280,23 +280,29 @@ def _signed_zero_codes(x: np.ndarray, q: np.ndarray) -> np.ndarray:
     return q
 
 
-def _nvfp4_weight(x: np.ndarray, gs: np.float32, name: str, buf=None) -> dict[str, np.ndarray]:
+def _nvfp4_weight(x: np.ndarray, gs: np.float32, name: str, buf=None, amax=None) -> dict[str, np.ndarray]:
     h = x.dtype
-    a = _in(h, weight_amax(name, x, (1, 16)))
+    a = _in(h, weight_amax(name, x, (1, 16)) if amax is None else amax)
     with np.errstate(all="ignore"):
         local = (a / _in(h, _E2M1_MAX)).astype(h).astype(np.float32)
         scale = np.minimum(np.float32(gs) * local, np.float32(_E4M3_MAX))
-    code = np.asarray(nbquant.quantize(scale, 1.0, "float8_e4m3fn")).astype(np.float32)
-    code = np.where(code == 0, np.float32(0.125), code).astype(h).astype(np.float32)
-    divisor = code / np.float32(gs)
+    code = np.asarray(nbquant.quantize(scale, 1.0, "float8_e4m3fn")).view(np.uint8)
+    code = np.where(code == 0, np.uint8(0x20), code).view(ml_dtypes.float8_e4m3fn)  # scale 0 -> 0.125 (eps)
+    divisor = nbquant.dequantize(code, 1.0) / np.float32(gs)  # e4m3 values are exact in h, and in float32
     q = np.asarray(nbquant.quantize(x, divisor, "float4_e2m1fn", block_size=(1, 16), packed=True,
                                     out=_view(buf, np.uint8, (x.shape[0], x.shape[1] // 2)))).view(np.uint8)
-    return {"weight_packed": _signed_zero_codes(x, q), "weight_scale": code.astype(ml_dtypes.float8_e4m3fn),
+    return {"weight_packed": _signed_zero_codes(x, q), "weight_scale": code,
             "weight_global_scale": np.array([gs], np.float32)}
 
 
+def nvfp4_block_amax(name: str, x: np.ndarray) -> np.ndarray:
+    """NVFP4's per-16 block amax (float32), which also gives the fused global scale (its maximum)."""
+    return weight_amax(name, x, (1, 16))
+
+
 def quantize_weight(x: np.ndarray, scheme: Scheme, gs: np.float32 | None = None,
-                    name: str = "weight", buffer: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                    name: str = "weight", buffer: np.ndarray | None = None,
+                    amax: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The tensors (by suffix: ``weight_packed``, ``weight_scale`` ...) that ``scheme`` turns weight ``x`` into.
 
     Parameters
@@ -311,6 +317,8 @@ def quantize_weight(x: np.ndarray, scheme: Scheme, gs: np.float32 | None = None,
     buffer : numpy.ndarray, optional
         uint8, at least ``x.size`` bytes: the codes are written there (a view of it is
         returned), so that a caller converting many weights reuses one allocation.
+    amax : numpy.ndarray, optional
+        NVFP4: the weight's :func:`nvfp4_block_amax`, when already computed for its global scale.
 
     Returns
     -------
@@ -335,9 +343,11 @@ def quantize_weight(x: np.ndarray, scheme: Scheme, gs: np.float32 | None = None,
         return _fp8_weight(x, scheme, name, buffer)
     if scheme.kind == "mx":
         return _mx_weight(x, scheme, name, buffer)
+    if amax is None:
+        amax = nvfp4_block_amax(name, x)
     if gs is None:
-        gs = global_scale(float(weight_amax(name, x, None).max()), x.dtype)
-    return _nvfp4_weight(x, gs, name, buffer)
+        gs = global_scale(float(amax.max()), x.dtype)
+    return _nvfp4_weight(x, gs, name, buffer, amax)
 
 
 def dequantize_weight(t: dict[str, np.ndarray], scheme: Scheme, dtype: np.dtype,

@@ -26,7 +26,7 @@ import numpy as np
 import nbquant
 
 from .. import threads as threads_module
-from .numerics import check_weight, dequantize_weight, global_scale, output_entries, quantize_weight, weight_amax
+from .numerics import check_weight, dequantize_weight, global_scale, nvfp4_block_amax, output_entries, quantize_weight
 from .plan import Checkpoint, Item, fused_groups, items, jobs, open_checkpoint, skip_reason
 from .report import Progress, Report, TensorReport, sqnr_db
 from .safetensors import ConvertError, SafetensorsFile, ShardWriter, layout, sync_dir
@@ -184,22 +184,24 @@ def _load(plan: ShardPlan, item: Item) -> np.ndarray:
 
 
 def _quantize_shard(writer: ShardWriter, plan: ShardPlan, scheme: Scheme, report: Report, progress: Progress,
-                    check: tuple[bool, bool]) -> None:
-    """Quantize and write the weights of one shard, one at a time (NVFP4: fused global scales first)."""
+                    check: tuple[bool, bool], buffer: np.ndarray) -> None:
+    """Quantize and write the weights of one shard, one at a time (NVFP4: fused global scales first).
+
+    ``buffer`` (uint8, at least the largest weight's element count) receives the codes of each weight in turn.
+    """
     todo = [item for item in plan.items if item.name in plan.quantized]
-    buffer = np.empty(max((math.prod(i.shape) for i in todo), default=0), np.uint8)  # codes, reused
-    scales = {}
-    if scheme.kind == "nvfp4":
+    scales, amaxes = {}, {}
+    if scheme.kind == "nvfp4":  # a fused set's global scale is the maximum of its members' block amax
         by_name = {i.name: i for i in todo}
         for group in fused_groups(i.name for i in plan.items):
             members = [by_name[n] for n in group if n in by_name]
             if members:
-                amax = max(float(weight_amax(i.name, _load(plan, i), None).max()) for i in members)
-                gs = global_scale(amax, plan.entry(members[0]).numpy_dtype)
+                amaxes.update({i.name: nvfp4_block_amax(i.name, _load(plan, i)) for i in members})
+                gs = global_scale(max(float(amaxes[i.name].max()) for i in members), plan.entry(members[0]).numpy_dtype)
                 scales.update(dict.fromkeys((i.name for i in members), gs))
     for item in todo:
         x = _load(plan, item)
-        out = quantize_weight(x, scheme, scales.get(item.name), item.name, buffer)
+        out = quantize_weight(x, scheme, scales.get(item.name), item.name, buffer, amaxes.pop(item.name, None))
         for suffix, arr in out.items():
             writer.write(f"{plan.quantized[item.name]}.{suffix}", arr)
         report.quantized.append(_check(item.name, x, out, scheme, check[1]) if check[0] else
@@ -291,6 +293,8 @@ def convert(
     if os.path.abspath(dst).startswith(os.path.join(os.path.abspath(src), "")):
         raise ConvertError(f"{dst}: the destination is inside the source folder")
     plans = _plan(ckpt, sch, ignore)
+    dtypes = {plan.entry(i).numpy_dtype for plan in plans.values() for i in plan.items if i.name in plan.quantized}
+    warm = _warm_up(sch, dtypes)  # Numba's import and cache load (~0.3 s) run while the files are prepared
     outputs = set(plans) | {ckpt.index_name, "config.json"} | {f.split(os.sep)[0] for f in ckpt.other_files}
     requested = list(threads_module._requested)  # the thread count as set (or not) before this call
     try:
@@ -298,7 +302,7 @@ def convert(
         if workers is not None:
             nbquant.set_num_threads(workers)
         rep = _run(ckpt, src, dst, sch, str(scheme), ignore, plans, resume, progress, (check, full_check),
-                   log or (lambda line: None))
+                   log or (lambda line: None), warm)
     except OSError as e:
         where = e.filename or dst
         raise ConvertError(f"{where}: {e.strerror or e}") from None
@@ -311,7 +315,8 @@ def convert(
 
 
 def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, ignore: list[str], plans, resume: bool,
-         progress: bool | None, check: tuple[bool, bool], say: Callable[[str], None]) -> Report:
+         progress: bool | None, check: tuple[bool, bool], say: Callable[[str], None],
+         warm: threading.Thread) -> Report:
     rep = Report(sch.name, src, dst)
     for rel in ckpt.other_files:
         target = os.path.join(dst, rel)
@@ -323,7 +328,6 @@ def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, ignore:
                    if i.name not in p.quantized]
     bar = Progress(len(all_items), sum(plan.nbytes(item) for plan, item in all_items), enabled=progress)
     weight_map: dict[str, str] = {}
-    dtypes = {plan.entry(i).numpy_dtype for plan in plans.values() for i in plan.items if i.name in plan.quantized}
     todo = {}
     for shard, plan in plans.items():
         final = os.path.join(dst, shard)
@@ -336,18 +340,19 @@ def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, ignore:
             todo[shard] = plan
         weight_map.update(dict.fromkeys((name for name, _, _ in plan.entries), shard))
         rep.bytes_out += sum(b - a for a, b in offsets.values())
-    warm = _warm_up(sch, dtypes) if todo else None
+    buffer = np.empty(max((math.prod(i.shape) for p in todo.values() for i in p.items if i.name in p.quantized),
+                          default=0), np.uint8)  # the codes of each weight in turn: one allocation for the run
     writers: dict[str, ShardWriter] = {}
     try:
         with ThreadPoolExecutor(1, thread_name_prefix="nbquant-convert-sync") as closer:
             for shard, plan in todo.items():  # the kept tensors first, while the kernels load
                 writers[shard] = ShardWriter(os.path.join(dst, shard), plan.entries)
                 _copy_kept(writers[shard], plan, bar)
-            if warm is not None:
-                warm.join()
+            buffer[::4096] = 0  # its pages, faulted in while the kernels load
+            warm.join()
             closing = []
             for shard, plan in todo.items():
-                _quantize_shard(writers[shard], plan, sch, rep, bar, check)
+                _quantize_shard(writers[shard], plan, sch, rep, bar, check, buffer)
                 closing.append(closer.submit(writers[shard].close))  # sync and rename while the next one runs
                 say(f"wrote {shard}")
             for done in closing:
