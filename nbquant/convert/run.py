@@ -348,6 +348,7 @@ def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, ignore:
             for shard, plan in todo.items():  # the kept tensors first, while the kernels load
                 writers[shard] = ShardWriter(os.path.join(dst, shard), plan.entries)
                 _copy_kept(writers[shard], plan, bar)
+                closer.submit(writers[shard].flush)  # their bytes go to disk while the weights are quantized
             buffer[::4096] = 0  # its pages, faulted in while the kernels load
             warm.join()
             closing = []

@@ -295,6 +295,14 @@ class ShardWriter:
             raise _no_space(self.partial, e) from None
         self.pending.discard(name)
 
+    def flush(self) -> None:
+        """Write the data written so far to disk now (``fdatasync``), so that :meth:`close` has less to sync."""
+        if self.fd >= 0:
+            try:
+                os.fdatasync(self.fd)
+            except (OSError, AttributeError):
+                pass
+
     def close(self) -> None:
         """Sync the file, then rename it to its final name (and sync the folder)."""
         if self.pending:
