@@ -32,6 +32,7 @@ from .modelopt_ops import (
     fake_affine_tensor_quant,
     fake_tensor_quant,
     reduce_amax,
+    reduce_min_max,
     scaled_e4m3,
     tensor_quant,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "quantize_nf4",
     "quantize_nvfp4",
     "reduce_amax",
+    "reduce_min_max",
     "scaled_e4m3",
     "set_backend",
     "set_num_threads",

@@ -13,6 +13,7 @@ In a shell::
     $ nbquant demo                    # 4096 x 4096, every available compiled backend
     $ nbquant demo --size 1024x4096 --backend cpu --repeats 10
     $ python -m nbquant demo --size 256
+    $ nbquant convert ./llama ./llama-w4a16 --scheme W4A16 --ignore lm_head
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 from .threads import get_num_threads
 
-__all__ = ["main", "parse_size", "format_row", "machine_info", "HEADER", "LEGEND"]
+__all__ = ["main", "run", "parse_size", "format_row", "machine_info", "HEADER", "LEGEND"]
 
 #: Column titles and widths of the demo table.
 _COLUMNS = (
@@ -183,14 +184,15 @@ def _check_line(rows: int, cols: int) -> str:
             "SQNR dB, max abs err and = reference cover those rows")
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(backend_names: bool = True) -> argparse.ArgumentParser:
+    """The parser; ``backend_names=False`` skips listing the backends (which imports the CUDA target: ~0.5 s)."""
     import nbquant
     from nbquant.demo import DEFAULT_REPEATS
 
     parser = argparse.ArgumentParser(prog="nbquant", description="nbquant: Numba-compiled quantization kernels.")
     parser.add_argument("--version", action="version", version=f"nbquant {nbquant.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    names = [b.name for b in nbquant.backends()]
+    names = [b.name for b in nbquant.backends()] if backend_names else ["reference", "cpu", "cuda"]
     demo = sub.add_parser(
         "demo",
         help="quantize a built-in weight-like matrix with several schemes on every compiled backend",
@@ -210,7 +212,54 @@ def _build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--repeats", type=_positive_int, default=DEFAULT_REPEATS,
                       help=f"timed quantize calls after the first, per scheme and backend (default: {DEFAULT_REPEATS})")
     demo.add_argument("--seed", type=int, default=0, help="seed of the input matrix (default: 0)")
+    demo.add_argument("--no-convert", dest="convert", action="store_false",
+                      help="skip the last part: nbquant convert on a small synthetic Llama-shaped checkpoint")
+    _add_convert_parser(sub)
     return parser
+
+
+def _add_convert_parser(sub) -> None:
+    convert = sub.add_parser(
+        "convert",
+        help="quantize a Hugging Face safetensors checkpoint into the compressed-tensors format (vLLM)",
+        description="Quantize the Linear weights of a Hugging Face safetensors checkpoint with a compressed-tensors "
+                    "preset scheme, writing what llm-compressor's model_free_ptq writes (the same bytes), without "
+                    "torch, one tensor at a time. Prints a progress bar on stderr (when it is a terminal) and a "
+                    "table of the quantized weights (SQNR dB, max abs error on sampled rows). Exit status 1 with "
+                    "a one-line error naming the file or tensor on bad input.",
+    )
+    convert.add_argument("src", metavar="SRC", help="folder with config.json and *.safetensors shards")
+    convert.add_argument("dst", metavar="DST", help="output folder (created; must be empty unless --overwrite)")
+    convert.add_argument("--scheme", required=True, metavar="NAME",
+                         help="compressed-tensors preset: W4A16, W4A16_ASYM, W8A16, W2A16, W8A8, FP8_DYNAMIC, "
+                              "FP8_BLOCK, NVFP4A16, MXFP4A16, MXFP8A16, ... (see docs/convert.md)")
+    convert.add_argument("--ignore", nargs="+", action="extend", default=[], metavar="PATTERN",
+                         help="module names or re:<regex> patterns to keep unquantized (e.g. lm_head); modules "
+                              "ending with norm are always kept")
+    convert.add_argument("--workers", type=_positive_int, default=None, metavar="N",
+                         help="threads of the quantization kernels (default: nbquant's, NBQUANT_NUM_THREADS)")
+    convert.add_argument("--report", metavar="FILE", help="write the JSON report there")
+    convert.add_argument("--overwrite", action="store_true", help="replace the checkpoint files of a non-empty DST")
+    convert.add_argument("--quiet", action="store_true",
+                         help="no progress bar and no table (nor the accuracy check, unless --report asks for it)")
+    convert.add_argument("--full-check", action="store_true",
+                         help="compute SQNR and max abs error over every row (default: sampled rows)")
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from nbquant.convert import ConvertError, convert
+    from nbquant.convert.report import format_table
+
+    try:
+        report = convert(args.src, args.dst, args.scheme, ignore=args.ignore, workers=args.workers,
+                         report=args.report, overwrite=args.overwrite, progress=False if args.quiet else None,
+                         check=not args.quiet or args.report is not None, full_check=args.full_check)
+    except ConvertError as e:
+        print(f"nbquant convert: error: {e}", file=sys.stderr)
+        return 1
+    if not args.quiet:
+        print(format_table(report))
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -242,10 +291,38 @@ def _demo(args: argparse.Namespace) -> int:
         print(format_row(row), flush=True)
     print("\n".join(LEGEND))
     print(_machine_line(machine_info()))
+    if args.convert:
+        _demo_convert()
     if mismatches:
         print(f"error: {mismatches} row(s) differ from the reference backend", file=sys.stderr)
         return 1
     return 0
+
+
+#: The demo's checkpoint: float32 (the kernels it runs are the ones the table above compiled, but the amax
+#: reduction), 2 layers, 5 MiB in 4 shards.
+DEMO_CHECKPOINT = {"hidden": 256, "intermediate": 512, "layers": 2, "vocab": 512, "shard_bytes": 1 << 20,
+                   "dtype": "float32"}
+
+
+def _demo_convert() -> None:
+    """``nbquant convert`` on a synthetic Llama-shaped checkpoint in a temporary directory: bar, then the table."""
+    import tempfile
+
+    from nbquant.convert import convert, write_synthetic_checkpoint
+    from nbquant.convert.report import format_table
+
+    with tempfile.TemporaryDirectory(prefix="nbquant-demo-") as tmp:
+        src, dst = os.path.join(tmp, "llama"), os.path.join(tmp, "llama-w4a16")
+        write_synthetic_checkpoint(src, **DEMO_CHECKPOINT)
+        shards = [f for f in os.listdir(src) if f.endswith(".safetensors")]
+        size = sum(os.path.getsize(os.path.join(src, f)) for f in shards)
+        print(f"\nconvert: nbquant convert {src} {dst} --scheme W4A16 --ignore lm_head  (a synthetic Llama-shaped "
+              f"float32 checkpoint, {size / 2**20:.1f} MiB in {len(shards)} shards, into the compressed-tensors "
+              "format vLLM loads: what llm-compressor's model_free_ptq writes, byte for byte; SQNR and max abs "
+              "err of every k-th row)", flush=True)
+        report = convert(src, dst, "W4A16", ignore=["lm_head"])
+        print(format_table(report))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -271,7 +348,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     >>> status, out.getvalue().splitlines()[2]  # doctest: +ELLIPSIS
     (0, 'check: the reference backend (NumPy) quantizes all 4 rows with the same scales; ...')
     """
-    args = _build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _build_parser(backend_names=argv[:1] != ["convert"]).parse_args(argv)
+    if args.command == "convert":
+        return _convert(args)
     if args.command == "demo":
         try:
             return _demo(args)
@@ -281,5 +361,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     raise AssertionError(f"unhandled command {args.command!r}")  # argparse only accepts known commands
 
 
+def run() -> None:
+    """The ``nbquant`` script: :func:`main`, then exit at once.
+
+    The interpreter's teardown of Numba's modules costs ~0.1 s of a command that runs for
+    well under a second; the output streams are flushed first, and every file a command
+    writes is closed before :func:`main` returns.
+    """
+    status = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -201,6 +201,7 @@ ROWS = [
     *_rows(nbquant.dynamic_block_quant, lambda: _x(block_sizes={-1: 16}), "num_bits", "count", extra=[8.5]),
     *_rows(nbquant.dynamic_block_quant, _x, "block_sizes", "int",
            extra=[{-1: True}, {-1: "16"}, {-1: 2.5}, {True: 16}, {-1: 0}, {-1: -4}, {np.True_: 16}]),
+    *_rows(nbquant.reduce_min_max, _x, "axis", "int", **NONE_OK),
     *_rows(nbquant.reduce_amax, _x, "axis", "int", **NONE_OK),
     *_rows(nbquant.reduce_amax, _x, "layout", "choice", allowed=[None],
            extra=[nbquant.layout.resolve_layout((4, 16))]),

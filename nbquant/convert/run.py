@@ -1,0 +1,375 @@
+"""``convert``: a Hugging Face safetensors checkpoint in, a compressed-tensors checkpoint out, one tensor at a time.
+
+The steps: read the source headers and plan every output shard (names, dtypes, shapes),
+checking every weight against the scheme before anything is written; copy the other files;
+write each shard to a temporary name (each weight mapped, quantized and written, then
+dropped), sync it and rename it; then write the index and ``config.json``. A stamp file
+(``.nbquant-convert.json``) records the run while it is in progress: rerunning the same
+conversion keeps the shards already finished and redoes the rest; any other leftover in
+``dst`` needs ``overwrite=True``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+import nbquant
+
+from .. import threads as threads_module
+from .numerics import check_weight, dequantize_weight, global_scale, nvfp4_block_amax, output_entries, quantize_weight
+from .plan import Checkpoint, Item, fused_groups, items, jobs, open_checkpoint, skip_reason
+from .report import Progress, Report, TensorReport, sqnr_db
+from .safetensors import ConvertError, SafetensorsFile, ShardWriter, layout, sync_dir
+from .schemes import Scheme, get_scheme, quantization_config
+
+__all__ = ["convert", "STAMP", "CHECK_ELEMENTS"]
+
+#: The file that marks a conversion in progress in the destination.
+STAMP = ".nbquant-convert.json"
+#: At most this many elements of each weight (whole rows, every k-th) are dequantized for the report.
+CHECK_ELEMENTS = 1 << 16
+
+
+@dataclass
+class ShardPlan:
+    """One output shard: its tensors' entries, its items, and which items it quantizes (name → module)."""
+
+    entries: list
+    items: list[Item]
+    quantized: dict[str, str]
+    sources: dict[str, SafetensorsFile]
+
+    def entry(self, item: Item):
+        """The source entry of ``item``."""
+        return self.sources[item.source].entries[item.source]
+
+    def nbytes(self, item: Item) -> int:
+        """The source bytes of ``item``."""
+        return math.prod(item.shape) * self.entry(item).numpy_dtype.itemsize if self.entry(item).numpy_dtype \
+            else self.entry(item).nbytes
+
+
+def _plan(ckpt: Checkpoint, scheme: Scheme, ignore: list[str]) -> dict[str, ShardPlan]:
+    """Every output shard, planned: every bad weight raises here, before anything is written."""
+    plans = {}
+    for shard, names in jobs(ckpt, fused=scheme.kind == "nvfp4").items():
+        entries, quantized, shard_items = [], {}, []
+        sources = {n: ckpt.shards[ckpt.weight_map[n]] for n in names}
+        for name in names:
+            e = sources[name].entries[name]
+            for item in items(name, e.shape):
+                shard_items.append(item)
+                if skip_reason(item.name, ignore) is None:
+                    check_weight(item.name, e.numpy_dtype if e.numpy_dtype is not None else e.dtype, item.shape,
+                                 scheme)
+                    module = item.name.rpartition(".")[0]
+                    quantized[item.name] = module
+                    entries += [(f"{module}.{suffix}", dt, shape) for suffix, dt, shape in
+                                output_entries(scheme, item.shape, e.numpy_dtype)]
+                else:
+                    entries.append((item.name, e.dtype, item.shape))
+        seen: set[str] = set()
+        for out_name, _, _ in entries:
+            if out_name in seen:
+                raise ConvertError(f"tensor {out_name}: written twice in {shard} (the checkpoint already holds "
+                                   "quantized tensors?)")
+            seen.add(out_name)
+        plans[shard] = ShardPlan(entries, shard_items, quantized, sources)
+    return plans
+
+
+def _stamp(ckpt: Checkpoint, scheme_name: str, ignore: list[str]) -> dict:
+    sources = {name: [os.path.getsize(f.path), os.path.getmtime(f.path)] for name, f in ckpt.shards.items()}
+    return {"src": os.path.abspath(ckpt.root), "scheme": scheme_name, "ignore": ignore, "shards": sources}
+
+
+def _prepare_dst(dst: str, stamp: dict, overwrite: bool, outputs: Iterable[str]) -> bool:
+    """Make ``dst`` ready; True if it holds an unfinished run of this same conversion (resume)."""
+    if os.path.exists(dst) and not os.path.isdir(dst):
+        raise ConvertError(f"{dst}: exists and is not a directory")
+    os.makedirs(dst, exist_ok=True)
+    stamp_path = os.path.join(dst, STAMP)
+    existing = set(os.listdir(dst))
+    resume = False
+    if STAMP in existing and not overwrite:  # --overwrite starts clean even over an unfinished run
+        try:
+            with open(stamp_path, encoding="utf-8") as f:
+                resume = json.load(f) == json.loads(json.dumps(stamp))
+        except (OSError, ValueError):
+            resume = False
+    if existing and not resume and not overwrite:
+        raise ConvertError(f"{dst}: exists and is not empty; pass --overwrite (overwrite=True) to replace its "
+                           "checkpoint files")
+    for name in existing:
+        if name.endswith(".partial") or (not resume and (name in outputs or name.endswith(".safetensors"))):
+            path = os.path.join(dst, name)
+            if os.path.isfile(path):
+                os.unlink(path)
+    tmp = stamp_path + ".partial"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(stamp, f)
+    os.replace(tmp, stamp_path)
+    return resume
+
+
+def _write_text(path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = os.path.join(os.path.dirname(path) or ".", "." + os.path.basename(path) + ".partial")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _check(name: str, x: np.ndarray, out: dict, scheme: Scheme, full: bool) -> TensorReport:
+    """SQNR and max abs error of the dequantized weight against ``x``, on every k-th row (all rows when ``full``)."""
+    n, k = x.shape
+    step = 1 if full else max(1, math.ceil(n * k / CHECK_ELEMENTS))
+    chunk = max(1, (1 << 20) // k) * step
+    signal = noise = 0.0
+    worst = 0.0
+    rows = 0
+    for start in range(0, n, chunk):
+        sl = slice(start, min(n, start + chunk), step)
+        ref = np.asarray(x[sl], np.float32)
+        err = dequantize_weight(out, scheme, x.dtype, sl).astype(np.float32) - ref
+        r64, e64 = ref.ravel().astype(np.float64), err.ravel().astype(np.float64)  # one dtype: BLAS, not a loop
+        signal += float(np.dot(r64, r64))
+        noise += float(np.dot(e64, e64))
+        worst = max(worst, float(np.abs(err).max()))
+        rows += ref.shape[0]
+    return TensorReport(name, scheme.name, (n, k), str(x.dtype), sqnr_db(signal, noise), worst, rows)
+
+
+def _warm_up(scheme: Scheme, dtypes: set) -> threading.Thread:
+    """Load the kernels ``scheme`` uses (Numba's import and cache load, ~0.4 s) on a thread, while files are copied."""
+    k = scheme.group_size or 128
+
+    def run() -> None:
+        for h in dtypes:
+            try:
+                quantize_weight(np.ones((2, k), h), scheme)
+            except Exception:  # noqa: BLE001 - the real call reports any error
+                pass
+    thread = threading.Thread(target=run, name="nbquant-convert-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+def _copy_kept(writer: ShardWriter, plan: ShardPlan, progress: Progress) -> None:
+    """Copy the tensors a shard keeps as they are (file to file, outside the interpreter lock)."""
+    for item in plan.items:
+        if item.name not in plan.quantized:
+            f, e = plan.sources[item.source], plan.entry(item)
+            itemsize = e.numpy_dtype.itemsize if e.numpy_dtype is not None else 1
+            writer.copy(item.name, f.path, item.offset(e.begin, itemsize, e.shape))
+            progress.update(plan.nbytes(item))
+
+
+def _load(plan: ShardPlan, item: Item) -> np.ndarray:
+    """The 2-D weight of ``item``, mapped from its file."""
+    x = plan.sources[item.source].tensor(item.source)
+    return x if item.expert is None else x[item.expert, item.rows[0]:item.rows[1]]
+
+
+def _quantize_shard(writer: ShardWriter, plan: ShardPlan, scheme: Scheme, report: Report, progress: Progress,
+                    check: tuple[bool, bool], buffer: np.ndarray) -> None:
+    """Quantize and write the weights of one shard, one at a time (NVFP4: fused global scales first).
+
+    ``buffer`` (uint8, at least the largest weight's element count) receives the codes of each weight in turn.
+    """
+    todo = [item for item in plan.items if item.name in plan.quantized]
+    scales, amaxes = {}, {}
+    if scheme.kind == "nvfp4":  # a fused set's global scale is the maximum of its members' block amax
+        by_name = {i.name: i for i in todo}
+        for group in fused_groups(i.name for i in plan.items):
+            members = [by_name[n] for n in group if n in by_name]
+            if members:
+                amaxes.update({i.name: nvfp4_block_amax(i.name, _load(plan, i)) for i in members})
+                gs = global_scale(max(float(amaxes[i.name].max()) for i in members), plan.entry(members[0]).numpy_dtype)
+                scales.update(dict.fromkeys((i.name for i in members), gs))
+    for item in todo:
+        x = _load(plan, item)
+        out = quantize_weight(x, scheme, scales.get(item.name), item.name, buffer, amaxes.pop(item.name, None))
+        for suffix, arr in out.items():
+            writer.write(f"{plan.quantized[item.name]}.{suffix}", arr)
+        report.quantized.append(_check(item.name, x, out, scheme, check[1]) if check[0] else
+                                TensorReport(item.name, scheme.name, item.shape, str(x.dtype), math.nan, math.nan, 0))
+        del x, out
+        progress.update(plan.nbytes(item))
+
+
+def convert(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    scheme: str,
+    *,
+    ignore: Iterable[str] = (),
+    workers: int | None = None,
+    report: str | os.PathLike | None = None,
+    overwrite: bool = False,
+    progress: bool | None = None,
+    check: bool = True,
+    full_check: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> Report:
+    """Quantize a Hugging Face safetensors checkpoint into the compressed-tensors format (vLLM loads it).
+
+    The output is byte for byte what llm-compressor's ``model_free_ptq(src, dst, scheme=scheme,
+    ignore=ignore)`` writes (compressed-tensors 0.19): the same tensors quantized, the same
+    names, dtypes, shapes and bytes, the same index and ``quantization_config``.
+
+    Parameters
+    ----------
+    src : path
+        A folder with ``config.json`` and ``*.safetensors`` shards (with or without an index).
+    dst : path
+        The output folder: the shards, ``model.safetensors.index.json`` (or the source's index
+        name), ``config.json`` with its ``quantization_config``, and every other file of ``src``.
+    scheme : str
+        A compressed-tensors preset: ``W4A16``, ``W4A16_ASYM``, ``W8A16``, ``W2A16``, ``W8A8``
+        (``INT8``), ``W4A8`` ..., ``FP8_DYNAMIC``, ``FP8_BLOCK``, ``NVFP4A16``, ``MXFP4A16``,
+        ``MXFP4``, ``MXFP8A16``, ``MXFP8`` (see :data:`nbquant.convert.schemes.SCHEMES`).
+    ignore : iterable of str
+        Module names, or ``re:`` patterns matched from the start of the module name, to keep
+        unquantized (``["lm_head"]``). Modules whose name ends with ``norm`` are always kept.
+    workers : int, optional
+        Threads of nbquant's cpu kernels during the conversion (:func:`nbquant.set_num_threads`,
+        restored after); default: nbquant's setting (``NBQUANT_NUM_THREADS``, else every core).
+    report : path, optional
+        Write the JSON report there.
+    overwrite : bool
+        Replace the checkpoint files of a non-empty ``dst`` (else it is an error, unless ``dst``
+        holds an unfinished run of this same conversion, which is resumed).
+    progress : bool, optional
+        Draw a progress bar on stderr; default: when stderr is a terminal.
+    check : bool
+        Dequantize each weight (nbquant's kernels) and report its SQNR and max abs error
+        against the source; False leaves them NaN (the CLI skips it with ``--quiet`` and no ``--report``).
+    full_check : bool
+        Check every row (default: every k-th row, about :data:`CHECK_ELEMENTS` values per weight).
+    log : callable, optional
+        Called with one line per step (shard written, files copied).
+
+    Returns
+    -------
+    Report
+        Per quantized weight its scheme, shape, SQNR and max abs error; the tensors kept as they
+        are and why; bytes, seconds and MB/s.
+
+    Raises
+    ------
+    ConvertError
+        A bad input (one line naming the file or tensor); ``dst`` is left without partial shards.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> from nbquant.convert import convert, write_synthetic_checkpoint
+    >>> src, dst = tempfile.mkdtemp(), os.path.join(tempfile.mkdtemp(), "out")
+    >>> _ = write_synthetic_checkpoint(src, hidden=128, intermediate=256, layers=1, vocab=64)
+    >>> r = convert(src, dst, "W4A16", ignore=["lm_head"], progress=False)
+    >>> len(r.quantized), sorted(os.listdir(dst))[:2]
+    (8, ['config.json', 'generation_config.json'])
+    """
+    start = time.perf_counter()
+    src, dst = os.fspath(src), os.fspath(dst)
+    sch = get_scheme(scheme)
+    ignore = [str(i) for i in ignore]
+    ckpt = open_checkpoint(src)
+    if os.path.abspath(dst) == os.path.abspath(src):
+        raise ConvertError(f"{dst}: the destination is the source folder")
+    if os.path.abspath(dst).startswith(os.path.join(os.path.abspath(src), "")):
+        raise ConvertError(f"{dst}: the destination is inside the source folder")
+    plans = _plan(ckpt, sch, ignore)
+    dtypes = {plan.entry(i).numpy_dtype for plan in plans.values() for i in plan.items if i.name in plan.quantized}
+    warm = _warm_up(sch, dtypes)  # Numba's import and cache load (~0.3 s) run while the files are prepared
+    outputs = set(plans) | {ckpt.index_name, "config.json"} | {f.split(os.sep)[0] for f in ckpt.other_files}
+    requested = list(threads_module._requested)  # the thread count as set (or not) before this call
+    try:
+        resume = _prepare_dst(dst, _stamp(ckpt, str(scheme), ignore), overwrite, outputs)
+        if workers is not None:
+            nbquant.set_num_threads(workers)
+        rep = _run(ckpt, src, dst, sch, str(scheme), ignore, plans, resume, progress, (check, full_check),
+                   log or (lambda line: None), warm)
+    except OSError as e:
+        where = e.filename or dst
+        raise ConvertError(f"{where}: {e.strerror or e}") from None
+    finally:
+        threads_module._requested[:] = requested
+    rep.seconds = time.perf_counter() - start
+    if report is not None:
+        rep.write(os.fspath(report))
+    return rep
+
+
+def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, ignore: list[str], plans, resume: bool,
+         progress: bool | None, check: tuple[bool, bool], say: Callable[[str], None],
+         warm: threading.Thread) -> Report:
+    rep = Report(sch.name, src, dst)
+    for rel in ckpt.other_files:
+        target = os.path.join(dst, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copyfile(os.path.join(src, rel), target)
+    say(f"copied {len(ckpt.other_files)} file(s)")
+    all_items = [(plan, item) for plan in plans.values() for item in plan.items]
+    rep.skipped = [{"name": i.name, "reason": skip_reason(i.name, ignore)} for p, i in all_items
+                   if i.name not in p.quantized]
+    bar = Progress(len(all_items), sum(plan.nbytes(item) for plan, item in all_items), enabled=progress)
+    weight_map: dict[str, str] = {}
+    todo = {}
+    for shard, plan in plans.items():
+        final = os.path.join(dst, shard)
+        head, offsets = layout(plan.entries)
+        if resume and os.path.isfile(final) and os.path.getsize(final) == len(head) + max(
+                [b for _, b in offsets.values()], default=0):
+            rep.resumed_shards.append(shard)
+            bar.update(sum(plan.nbytes(i) for i in plan.items), len(plan.items))
+        else:
+            todo[shard] = plan
+        weight_map.update(dict.fromkeys((name for name, _, _ in plan.entries), shard))
+        rep.bytes_out += sum(b - a for a, b in offsets.values())
+    buffer = np.empty(max((math.prod(i.shape) for p in todo.values() for i in p.items if i.name in p.quantized),
+                          default=0), np.uint8)  # the codes of each weight in turn: one allocation for the run
+    writers: dict[str, ShardWriter] = {}
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="nbquant-convert-sync") as closer:
+            for shard, plan in todo.items():  # the kept tensors first, while the kernels load
+                writers[shard] = ShardWriter(os.path.join(dst, shard), plan.entries)
+                _copy_kept(writers[shard], plan, bar)
+                closer.submit(writers[shard].flush)  # their bytes go to disk while the weights are quantized
+            buffer[::4096] = 0  # its pages, faulted in while the kernels load
+            warm.join()
+            closing = []
+            for shard, plan in todo.items():
+                _quantize_shard(writers[shard], plan, sch, rep, bar, check, buffer)
+                closing.append(closer.submit(writers[shard].close))  # sync and rename while the next one runs
+                say(f"wrote {shard}")
+            for done in closing:
+                done.result()
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
+    bar.close()
+    rep.shards = list(plans)
+    rep.bytes_in = ckpt.total_bytes
+    quantized = any(plan.quantized for plan in plans.values())
+    config = dict(ckpt.config, quantization_config=quantization_config(scheme, sch, ignore, quantized))
+    index = {"metadata": {"total_size": rep.bytes_out}, "weight_map": weight_map}
+    _write_text(os.path.join(dst, ckpt.index_name), json.dumps(index, indent=2, sort_keys=True))
+    _write_text(os.path.join(dst, "config.json"), json.dumps(config, indent=2, sort_keys=True))
+    os.unlink(os.path.join(dst, STAMP))
+    sync_dir(dst)
+    return rep

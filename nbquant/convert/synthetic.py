@@ -1,0 +1,127 @@
+"""A synthetic Llama-shaped bfloat16 checkpoint (for the demo, the tests and the benchmark): no hub, no torch.
+
+Weights are Student-t samples (4 degrees of freedom: heavy tails, like trained weights) times
+a magnitude per row, so per-group scales matter. The tensors are cut into shards of at most
+``shard_bytes`` in the order a Hugging Face checkpoint lists them, so that a layer's q/k/v or
+gate/up weights can sit in different shards.
+
+Examples
+--------
+>>> import tempfile, os
+>>> from nbquant.convert.synthetic import write_synthetic_checkpoint
+>>> d = tempfile.mkdtemp()
+>>> names = write_synthetic_checkpoint(d, hidden=64, intermediate=128, layers=1, vocab=32, shard_bytes=20000)
+>>> sorted(os.listdir(d))[:3], len(names)
+(['config.json', 'generation_config.json', 'model-00001-of-00006.safetensors'], 12)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import ml_dtypes
+import numpy as np
+
+from .safetensors import ShardWriter
+
+__all__ = ["write_synthetic_checkpoint", "llama_tensors"]
+
+
+def llama_tensors(hidden: int, intermediate: int, layers: int, vocab: int,
+                  kv_heads_ratio: int = 4) -> list[tuple[str, tuple[int, ...]]]:
+    """Names and shapes of a Llama checkpoint's tensors, in Hugging Face's order (grouped-query attention)."""
+    kv = max(hidden // kv_heads_ratio, 1)
+    out: list[tuple[str, tuple[int, ...]]] = [("model.embed_tokens.weight", (vocab, hidden))]
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        out += [(p + "input_layernorm.weight", (hidden,)),
+                (p + "mlp.down_proj.weight", (hidden, intermediate)),
+                (p + "mlp.gate_proj.weight", (intermediate, hidden)),
+                (p + "mlp.up_proj.weight", (intermediate, hidden)),
+                (p + "post_attention_layernorm.weight", (hidden,)),
+                (p + "self_attn.k_proj.weight", (kv, hidden)),
+                (p + "self_attn.o_proj.weight", (hidden, hidden)),
+                (p + "self_attn.q_proj.weight", (hidden, hidden)),
+                (p + "self_attn.v_proj.weight", (kv, hidden))]
+    return out + [("model.norm.weight", (hidden,)), ("lm_head.weight", (vocab, hidden))]
+
+
+def _tensor(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    if len(shape) == 1:
+        return (1.0 + 0.1 * rng.standard_normal(shape, np.float32)).astype(dtype)
+    rows = np.exp(rng.uniform(np.log(0.1), np.log(10.0), (shape[0], 1))).astype(np.float32)
+    w = rng.standard_t(4, shape).astype(np.float32)
+    w *= rows * np.float32(0.02)
+    return w.astype(dtype)
+
+
+def write_synthetic_checkpoint(path: str | os.PathLike, *, hidden: int = 1024, intermediate: int = 2816,
+                               layers: int = 4, vocab: int = 8192, shard_bytes: int = 64 << 20, seed: int = 0,
+                               index: bool = True, dtype: str = "bfloat16") -> list[str]:
+    """Write a Llama-shaped bfloat16 checkpoint to ``path``: shards, index, ``config.json``, a generation config.
+
+    Parameters
+    ----------
+    path : path
+        The folder (created).
+    hidden, intermediate, layers, vocab : int
+        The model's sizes (``hidden`` and ``intermediate`` multiples of 128 keep every scheme applicable).
+    shard_bytes : int
+        A new shard starts when the next tensor would make the current one larger.
+    seed : int
+    index : bool
+        Write ``model.safetensors.index.json`` (a single shard is then ``model.safetensors``
+        only when ``index`` is False).
+    dtype : {"bfloat16", "float16", "float32"}
+        The tensors' dtype.
+
+    Returns
+    -------
+    list of str
+        The tensor names written.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> names = write_synthetic_checkpoint(tempfile.mkdtemp(), hidden=64, intermediate=128, layers=1, vocab=16)
+    >>> names[:2], len(names)
+    (['model.embed_tokens.weight', 'model.layers.0.input_layernorm.weight'], 12)
+    """
+    path = os.fspath(path)
+    os.makedirs(path, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    dt = np.dtype({"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32}[dtype])
+    code = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}[dtype]
+    shards: list[list[tuple[str, tuple[int, ...]]]] = [[]]
+    size = 0
+    for name, shape in llama_tensors(hidden, intermediate, layers, vocab):
+        n = int(np.prod(shape)) * dt.itemsize
+        if shards[-1] and size + n > shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append((name, shape))
+        size += n
+    files = (["model.safetensors"] if len(shards) == 1 and not index else
+             [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
+    weight_map, total = {}, 0
+    for file, tensors in zip(files, shards, strict=True):
+        w = ShardWriter(os.path.join(path, file), [(n, code, s) for n, s in tensors], {"format": "pt"})
+        for name, shape in tensors:
+            t = _tensor(rng, shape, dt)
+            w.write(name, t)
+            weight_map[name] = file
+            total += t.nbytes
+        w.close()
+    if index:
+        with open(os.path.join(path, "model.safetensors.index.json"), "w", encoding="utf-8") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+              "intermediate_size": intermediate, "num_hidden_layers": layers, "vocab_size": vocab,
+              "num_attention_heads": max(hidden // 64, 1), "num_key_value_heads": max(hidden // 256, 1),
+              "rms_norm_eps": 1e-5, "torch_dtype": dtype, "tie_word_embeddings": False}
+    with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2)
+    with open(os.path.join(path, "generation_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"bos_token_id": 1, "eos_token_id": 2}, f, indent=2)
+    return list(weight_map)
