@@ -244,6 +244,9 @@ def _add_convert_parser(sub) -> None:
                          help="no progress bar and no table (nor the accuracy check, unless --report asks for it)")
     convert.add_argument("--full-check", action="store_true",
                          help="compute SQNR and max abs error over every row (default: sampled rows)")
+    convert.add_argument("--scheduler", metavar="ADDRESS",
+                         help="a dask.distributed scheduler (tcp://host:8786): write the shards on its workers, which "
+                              "share SRC and DST's filesystem (needs nbquant[dask]; see docs/convert.md)")
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -253,7 +256,8 @@ def _convert(args: argparse.Namespace) -> int:
     try:
         report = convert(args.src, args.dst, args.scheme, ignore=args.ignore, workers=args.workers,
                          report=args.report, overwrite=args.overwrite, progress=False if args.quiet else None,
-                         check=not args.quiet or args.report is not None, full_check=args.full_check)
+                         check=not args.quiet or args.report is not None, full_check=args.full_check,
+                         scheduler=args.scheduler)
     except ConvertError as e:
         print(f"nbquant convert: error: {e}", file=sys.stderr)
         return 1
