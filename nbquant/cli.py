@@ -237,7 +237,8 @@ def _add_convert_parser(sub) -> None:
                          help="module names or re:<regex> patterns to keep unquantized (e.g. lm_head); modules "
                               "ending with norm are always kept")
     convert.add_argument("--workers", type=_positive_int, default=None, metavar="N",
-                         help="threads of the quantization kernels (default: nbquant's, NBQUANT_NUM_THREADS)")
+                         help="threads of the quantization kernels (default: nbquant's, NBQUANT_NUM_THREADS; with "
+                              "--scheduler: per task, default the worker's cores over its threads)")
     convert.add_argument("--report", metavar="FILE", help="write the JSON report there")
     convert.add_argument("--overwrite", action="store_true", help="replace the checkpoint files of a non-empty DST")
     convert.add_argument("--quiet", action="store_true",
