@@ -237,13 +237,17 @@ def _add_convert_parser(sub) -> None:
                          help="module names or re:<regex> patterns to keep unquantized (e.g. lm_head); modules "
                               "ending with norm are always kept")
     convert.add_argument("--workers", type=_positive_int, default=None, metavar="N",
-                         help="threads of the quantization kernels (default: nbquant's, NBQUANT_NUM_THREADS)")
+                         help="threads of the quantization kernels (default: nbquant's, NBQUANT_NUM_THREADS; with "
+                              "--scheduler: per task, default the worker's cores over its threads)")
     convert.add_argument("--report", metavar="FILE", help="write the JSON report there")
     convert.add_argument("--overwrite", action="store_true", help="replace the checkpoint files of a non-empty DST")
     convert.add_argument("--quiet", action="store_true",
                          help="no progress bar and no table (nor the accuracy check, unless --report asks for it)")
     convert.add_argument("--full-check", action="store_true",
                          help="compute SQNR and max abs error over every row (default: sampled rows)")
+    convert.add_argument("--scheduler", metavar="ADDRESS",
+                         help="a dask.distributed scheduler (tcp://host:8786): write the shards on its workers, which "
+                              "share SRC and DST's filesystem (needs nbquant[dask]; see docs/convert.md)")
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -253,7 +257,8 @@ def _convert(args: argparse.Namespace) -> int:
     try:
         report = convert(args.src, args.dst, args.scheme, ignore=args.ignore, workers=args.workers,
                          report=args.report, overwrite=args.overwrite, progress=False if args.quiet else None,
-                         check=not args.quiet or args.report is not None, full_check=args.full_check)
+                         check=not args.quiet or args.report is not None, full_check=args.full_check,
+                         scheduler=args.scheduler)
     except ConvertError as e:
         print(f"nbquant convert: error: {e}", file=sys.stderr)
         return 1

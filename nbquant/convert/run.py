@@ -223,6 +223,7 @@ def convert(
     check: bool = True,
     full_check: bool = False,
     log: Callable[[str], None] | None = None,
+    scheduler: str | None = None,
 ) -> Report:
     """Quantize a Hugging Face safetensors checkpoint into the compressed-tensors format (vLLM loads it).
 
@@ -247,6 +248,8 @@ def convert(
     workers : int, optional
         Threads of nbquant's cpu kernels during the conversion (:func:`nbquant.set_num_threads`,
         restored after); default: nbquant's setting (``NBQUANT_NUM_THREADS``, else every core).
+        With ``scheduler``: the threads of each shard's task (default: the worker's cores over its
+        threads).
     report : path, optional
         Write the JSON report there.
     overwrite : bool
@@ -261,6 +264,11 @@ def convert(
         Check every row (default: every k-th row, about :data:`CHECK_ELEMENTS` values per weight).
     log : callable, optional
         Called with one line per step (shard written, files copied).
+    scheduler : str, optional
+        A ``dask.distributed`` scheduler address (``tcp://host:8786``): one task per output shard
+        on the cluster's workers, which read ``src`` and write ``dst`` on a filesystem they share
+        with this process; the bytes are those of a local run (docs/convert.md, "On a cluster").
+        Needs ``pip install "nbquant[dask]"``; without it dask is never imported.
 
     Returns
     -------
@@ -287,22 +295,24 @@ def convert(
     src, dst = os.fspath(src), os.fspath(dst)
     sch = get_scheme(scheme)
     ignore = [str(i) for i in ignore]
-    ckpt = open_checkpoint(src)
+    ckpt = open_checkpoint(os.path.abspath(src) if scheduler else src)  # the workers' cwd is not ours
     if os.path.abspath(dst) == os.path.abspath(src):
         raise ConvertError(f"{dst}: the destination is the source folder")
     if os.path.abspath(dst).startswith(os.path.join(os.path.abspath(src), "")):
         raise ConvertError(f"{dst}: the destination is inside the source folder")
     plans = _plan(ckpt, sch, ignore)
     dtypes = {plan.entry(i).numpy_dtype for plan in plans.values() for i in plan.items if i.name in plan.quantized}
-    warm = _warm_up(sch, dtypes)  # Numba's import and cache load (~0.3 s) run while the files are prepared
+    # Numba's import and cache load (~0.3 s) run while the files are prepared (on a cluster: in the workers)
+    warm = _warm_up(sch, dtypes) if scheduler is None else None
     outputs = set(plans) | {ckpt.index_name, "config.json"} | {f.split(os.sep)[0] for f in ckpt.other_files}
     requested = list(threads_module._requested)  # the thread count as set (or not) before this call
     try:
         resume = _prepare_dst(dst, _stamp(ckpt, str(scheme), ignore), overwrite, outputs)
-        if workers is not None:
+        if workers is not None and scheduler is None:
             nbquant.set_num_threads(workers)
+        cluster = None if scheduler is None else (scheduler, workers)
         rep = _run(ckpt, src, dst, sch, str(scheme), ignore, plans, resume, progress, (check, full_check),
-                   log or (lambda line: None), warm)
+                   log or (lambda line: None), warm, cluster)
     except OSError as e:
         where = e.filename or dst
         raise ConvertError(f"{where}: {e.strerror or e}") from None
@@ -316,7 +326,7 @@ def convert(
 
 def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, ignore: list[str], plans, resume: bool,
          progress: bool | None, check: tuple[bool, bool], say: Callable[[str], None],
-         warm: threading.Thread) -> Report:
+         warm: threading.Thread | None, cluster: tuple[str, int | None] | None = None) -> Report:
     rep = Report(sch.name, src, dst)
     for rel in ckpt.other_files:
         target = os.path.join(dst, rel)
@@ -340,6 +350,29 @@ def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, ignore:
             todo[shard] = plan
         weight_map.update(dict.fromkeys((name for name, _, _ in plan.entries), shard))
         rep.bytes_out += sum(b - a for a, b in offsets.values())
+    if cluster is None:
+        _write_local(dst, todo, sch, rep, bar, check, say, warm)
+    else:
+        from .distributed import write_shards  # dask only here
+
+        reports = write_shards(cluster[0], os.path.abspath(dst), todo, sch, check, cluster[1], bar, say, write_shard)
+        rep.quantized += [t for shard in todo for t in reports[shard]]  # the local run's order
+    bar.close()
+    rep.shards = list(plans)
+    rep.bytes_in = ckpt.total_bytes
+    quantized = any(plan.quantized for plan in plans.values())
+    config = dict(ckpt.config, quantization_config=quantization_config(scheme, sch, ignore, quantized))
+    index = {"metadata": {"total_size": rep.bytes_out}, "weight_map": weight_map}
+    _write_text(os.path.join(dst, ckpt.index_name), json.dumps(index, indent=2, sort_keys=True))
+    _write_text(os.path.join(dst, "config.json"), json.dumps(config, indent=2, sort_keys=True))
+    os.unlink(os.path.join(dst, STAMP))
+    sync_dir(dst)
+    return rep
+
+
+def _write_local(dst: str, todo: dict[str, ShardPlan], sch: Scheme, rep: Report, bar: Progress,
+                 check: tuple[bool, bool], say: Callable[[str], None], warm: threading.Thread) -> None:
+    """Write the shards of ``todo`` here: all kept tensors first (while the kernels load), then the weights."""
     buffer = np.empty(max((math.prod(i.shape) for p in todo.values() for i in p.items if i.name in p.quantized),
                           default=0), np.uint8)  # the codes of each weight in turn: one allocation for the run
     writers: dict[str, ShardWriter] = {}
@@ -362,14 +395,25 @@ def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, ignore:
         for w in writers.values():
             w.abort()
         raise
-    bar.close()
-    rep.shards = list(plans)
-    rep.bytes_in = ckpt.total_bytes
-    quantized = any(plan.quantized for plan in plans.values())
-    config = dict(ckpt.config, quantization_config=quantization_config(scheme, sch, ignore, quantized))
-    index = {"metadata": {"total_size": rep.bytes_out}, "weight_map": weight_map}
-    _write_text(os.path.join(dst, ckpt.index_name), json.dumps(index, indent=2, sort_keys=True))
-    _write_text(os.path.join(dst, "config.json"), json.dumps(config, indent=2, sort_keys=True))
-    os.unlink(os.path.join(dst, STAMP))
-    sync_dir(dst)
-    return rep
+
+
+def write_shard(path: str, plan: ShardPlan, scheme: Scheme, check: tuple[bool, bool], progress,
+                threads: int | None = None) -> list[TensorReport]:
+    """Write one output shard whole at ``path`` (a task of a distributed run): kept tensors, weights, sync, rename.
+
+    ``progress`` has ``update(nbytes, tensors=1)``; ``threads`` caps the kernels' threads
+    (:func:`nbquant.threads.thread_limit`). A failure deletes the shard's temporary file.
+    Returns the reports of the weights quantized, in the plan's order.
+    """
+    buffer = np.empty(max((math.prod(i.shape) for i in plan.items if i.name in plan.quantized), default=0), np.uint8)
+    rep = Report(scheme.name, "", "")
+    writer = ShardWriter(path, plan.entries)
+    try:
+        with threads_module.thread_limit(threads):
+            _copy_kept(writer, plan, progress)
+            _quantize_shard(writer, plan, scheme, rep, progress, check, buffer)
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return rep.quantized
