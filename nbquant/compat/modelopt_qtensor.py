@@ -55,6 +55,28 @@ __all__ = ["BaseQuantizedTensor", "INT8QTensor", "INT4QTensor", "FP8QTensor", "N
            "MXFP4QTensor"]
 
 
+def _scaled_codes(input, scales, axis, block_sizes, maxval: int, fmt: str, fp8: bool):
+    """INT8QTensor's and FP8QTensor's quantize: ``(codes, scales)`` of ``x / scales``, scales ``amax / maxval``.
+
+    Blocks pad the input with zeros; FP8 crops its codes back, reshapes block scales of the
+    right size, returns them on the block grid, and casts saturating (torch 2.13); INT8
+    keeps the padding in its codes, as modelopt does.
+    """
+    x = original = input_array(input)
+    blocks = block_sizes_arg(block_sizes, x.ndim) if block_sizes else {}
+    if blocks:
+        x = pad(x, blocks)
+    if scales is None:
+        amax = block_amax(x, blocks) if blocks else axis_amax(x, axis)
+        scales = (amax.astype(F32) / np.float32(maxval)).astype(x.dtype)
+    s = scale_array(scales)
+    grid = grid_scale(s, x.shape, blocks, reshape=fp8)
+    q = codes_of(x, grid, block_of(x.shape, grid.shape), fmt, "divide", **({"saturate": True} if fp8 else {}))
+    if not fp8:
+        return q, s
+    return q[tuple(slice(0, n) for n in original.shape)], grid if blocks else s
+
+
 class INT8QTensor(BaseQuantizedTensor):
     """INT8 codes per tensor, per kept ``axis`` or per block (modelopt ``INT8QTensor``).
 
@@ -100,17 +122,8 @@ class INT8QTensor(BaseQuantizedTensor):
         tuple
             The quantized tensor and the scales.
         """
-        x = original = input_array(input)
-        blocks = block_sizes_arg(block_sizes, x.ndim) if block_sizes else {}
-        if blocks:
-            x = pad(x, blocks)
-        if scales is None:
-            amax = block_amax(x, blocks) if blocks else axis_amax(x, axis)
-            scales = (amax.astype(F32) / np.float32(127)).astype(x.dtype)
-        s = scale_array(scales)
-        grid = grid_scale(s, x.shape, blocks, reshape=False)
-        q = codes_of(x, grid, block_of(x.shape, grid.shape), "int8", "divide")
-        return cls(original.shape, original.dtype, q), s
+        q, s = _scaled_codes(input, scales, axis, block_sizes, 127, "int8", fp8=False)
+        return cls(np.shape(input), input_array(input).dtype, q), s
 
     def dequantize(self, dtype=None, **kwarg) -> np.ndarray:
         """``q * scale`` in ``dtype`` (default the original), cropped to the original shape.
@@ -252,18 +265,8 @@ class FP8QTensor(BaseQuantizedTensor):
         tuple
             The quantized tensor (float8_e4m3fn, the input's shape) and the scales.
         """
-        x = original = input_array(input)
-        blocks = block_sizes_arg(block_sizes, x.ndim) if block_sizes else {}
-        if blocks:
-            x = pad(x, blocks)
-        if scales is None:
-            amax = block_amax(x, blocks) if blocks else axis_amax(x, axis)
-            scales = (amax.astype(F32) / np.float32(448)).astype(x.dtype)
-        s = scale_array(scales)
-        grid = grid_scale(s, x.shape, blocks, reshape=True)
-        q = codes_of(x, grid, block_of(x.shape, grid.shape), "float8_e4m3fn", "divide", saturate=True)
-        q = q[tuple(slice(0, n) for n in original.shape)]
-        return cls(original.shape, original.dtype, q), grid if blocks else s
+        q, s = _scaled_codes(input, scales, axis, block_sizes, 448, "float8_e4m3fn", fp8=True)
+        return cls(np.shape(input), input_array(input).dtype, q), s
 
     def dequantize(self, dtype=None, **kwarg) -> np.ndarray:
         """``q * scale`` in ``dtype`` (default the original).
