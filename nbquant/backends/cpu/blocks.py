@@ -28,8 +28,8 @@ from ...element import (
     mx_scale_code,
     nf4_code,
     nvfp4_block_scale,
+    pack_byte_codes,
     pack_nf4_pair,
-    pack_pair,
     store_float,
     unpack_field,
 )
@@ -62,7 +62,8 @@ def mx_quantize_kernel(part, parts, x, block, emax, max_mantissa, round_up, fp, 
     amaxes = np.empty(tile, np.int64)
     per_block = np.empty(tile, np.float32)
     factors = np.empty(tile * block, np.float32)
-    buffer = np.empty(tile * block if packed else 0, np.uint8)
+    buffer = np.empty(tile * block if packed else 0, np.uint8)  # a multiple of 4 bytes: tile is 512
+    words16, words32 = buffer.view(np.uint16), buffer.view(np.uint32)
     for unit in range(first, last):
         r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
         xs = x[r, b0 * block:b1 * block]
@@ -81,7 +82,7 @@ def mx_quantize_kernel(part, parts, x, block, emax, max_mantissa, round_up, fp, 
             bs = buffer[:xs.size]
             for i in range(bs.size):
                 bs[i] = encode_fp(load_f32(xs[i]) * fs[i], fp, True)
-            _pack_pairs(bs, codes[r, b0 * block // 2:b1 * block // 2])
+            pack_byte_codes(words16, words32, codes[r, b0 * block // 2:b1 * block // 2], 4)
         elif is_int:
             os = codes[r, b0 * block:b1 * block]
             for i in range(os.size):
@@ -137,6 +138,7 @@ def nvfp4_quantize_kernel(part, parts, x, block, global_scale, six_global, tile,
     per_block = np.empty(tile, np.float32)
     divisors = np.empty(tile * block, np.float32)
     buffer = np.empty(tile * block, np.uint8)
+    words16, words32 = buffer.view(np.uint16), buffer.view(np.uint32)
     for unit in range(first, last):
         r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
         xs = x[r, b0 * block:b1 * block]
@@ -154,20 +156,13 @@ def nvfp4_quantize_kernel(part, parts, x, block, global_scale, six_global, tile,
         bs = buffer[:xs.size]
         for i in range(bs.size):
             bs[i] = encode_fp(load_f32(xs[i]) / ds[i], E2M1, True)
-        _pack_pairs(bs, codes[r, b0 * block // 2:b1 * block // 2])
+        pack_byte_codes(words16, words32, codes[r, b0 * block // 2:b1 * block // 2], 4)
 
 
 @element_function
 def _fill(vs, v):
     for i in range(vs.size):
         vs[i] = v
-
-
-@element_function
-def _pack_pairs(bs, os):
-    """Two 4-bit codes of ``bs`` per byte of ``os``, the first in the low nibble."""
-    for j in range(os.size):
-        os[j] = pack_pair(bs[2 * j], bs[2 * j + 1])
 
 
 @cpu_kernel
