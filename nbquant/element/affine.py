@@ -78,16 +78,17 @@ def quantize_value(x, scale, zero_point, scale_op, zero_point_before, qmin, qmax
     ±inf clamp to the bounds. In a half precision the sum is rounded to it too
     (:func:`in_precision`; the other rounding is then exact).
 
-    ``rne(v + (-0.0)) + z`` is ``rne(v) + z``: adding ``-0.0`` is an identity the
-    compiler removes when ``zero_point_before`` is a constant False (``+0.0`` is not:
-    it turns ``-0.0`` into ``+0.0``; only the sign of a zero code could differ, and
-    codes are integers).
+    Written as ``rne(v + zb) - (zb - z)`` with ``zb = z`` before and ``-0.0`` after:
+    ``rne(v) - (-0.0 - z)`` is ``rne(v) + z``, and with no zero point (``z = -0.0``, the
+    additive identity, as a constant) both operations are identities the compiler removes:
+    ``v + (-0.0)`` and ``r - (+0.0)``. Only the sign of a zero code differs from other
+    spellings, and codes are integers.
     """
     z = np.float32(zero_point)
     v = scaled(x, scale, scale_op)
     v = np.float32(0.0) if v != v else v
     z_before = z if zero_point_before else np.float32(-0.0)
-    r = in_precision(rint_f32(in_precision(v + z_before, scale_op)) + (z - z_before), scale_op)
+    r = in_precision(rint_f32(in_precision(v + z_before, scale_op)) - (z_before - z), scale_op)
     return min(max(r, np.float32(qmin)), np.float32(qmax))
 
 
