@@ -51,7 +51,8 @@ def machine_info(commit: str | None = None) -> list[str]:
     -------
     list of str
         The machine and its load; the versions, numba's threading layer and threads; the
-        peers imported and the OpenMP wait policy.
+        peers imported, the OpenMP wait policy and, when onnxruntime was imported, its
+        sessions' settings (no spinning, nbquant's thread count: :mod:`benchmarks.onnxruntime_peers`).
     """
     import numba
 
@@ -71,5 +72,7 @@ def machine_info(commit: str | None = None) -> list[str]:
         f"({nbquant.get_num_threads()} threads) "
         f"(git {commit or git_commit()} at the start)",
         f"peers: {', '.join(peers) or 'none installed'}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}"
-        + (" (an OpenMP runtime was loaded before benchmarks: it may not apply)" if OPENMP_PRELOADED else ""),
+        + (" (an OpenMP runtime was loaded before benchmarks: it may not apply)" if OPENMP_PRELOADED else "")
+        + (f", onnxruntime intra_op.allow_spinning=0 ({nbquant.get_num_threads()} intra-op threads)"
+           if "onnxruntime" in sys.modules else ""),
     ]
