@@ -23,8 +23,10 @@ def _host(result) -> np.ndarray | None:
         result = result[1]
     if hasattr(result, "scales") and hasattr(result, "block_size"):  # nbquant BlockQuantized
         result = result.data
-    if result is None or isinstance(result, np.ndarray):
-        return result.view(f"u{result.dtype.itemsize}") if result is not None and result.dtype.kind == "V" else result
+    if result is None:
+        return None
+    if isinstance(result, np.ndarray):  # ml_dtypes' user-defined dtypes (fp8, ...) by their bits
+        return result.view(f"u{result.dtype.itemsize}") if result.dtype.isbuiltin == 2 else result
     torch = sys.modules["torch"]
     if result.is_quantized:
         result = result.int_repr()

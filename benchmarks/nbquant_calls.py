@@ -16,8 +16,8 @@ def _layout_kwargs(p: Problem) -> dict:
 
 
 def nbq_quantize(p: Problem, backend: str | None = None, out: bool = False) -> Bench:
-    """``nbquant.quantize`` of the problem (into ``p.out`` when ``out``)."""
-    kw = dict(_layout_kwargs(p), packed=p.kwargs["packed"], backend=backend)
+    """``nbquant.quantize`` of the problem, with its zero points if any (into ``p.out`` when ``out``)."""
+    kw = dict(_layout_kwargs(p), zero_point=p.zero_point, packed=p.kwargs["packed"], backend=backend)
     if out:
         kw["out"] = p.out
     src, scale, dtype = p.src, p.scale, p.kwargs["dtype"]
@@ -25,8 +25,8 @@ def nbq_quantize(p: Problem, backend: str | None = None, out: bool = False) -> B
 
 
 def nbq_dequantize(p: Problem, backend: str | None = None, out: bool = False) -> Bench:
-    """``nbquant.dequantize`` of the problem (into ``p.out`` when ``out``)."""
-    kw = dict(_layout_kwargs(p), backend=backend)
+    """``nbquant.dequantize`` of the problem, with its zero points if any (into ``p.out`` when ``out``)."""
+    kw = dict(_layout_kwargs(p), zero_point=p.zero_point, backend=backend)
     if p.kwargs["packed"]:
         kw["dtype"] = p.kwargs["dtype"]
     if out:
@@ -57,9 +57,20 @@ def nbq_quantize_dynamic(p: Problem, backend: str | None = None) -> Bench:
 
 
 def nbq_quantize_nf4(p: Problem, backend: str | None = None) -> Bench:
-    """``nbquant.quantize_nf4`` (fused absmax and nearest NF4 code, packed; no double quantization)."""
-    x, block = p.src, p.kwargs["block_size"]
-    return lambda: nbquant.quantize_nf4(x, block_size=block, backend=backend)
+    """``nbquant.quantize_nf4`` (fused absmax and nearest NF4 code, packed).
+
+    With a ``scale_block_size`` in ``p.kwargs``, the block scales are double-quantized
+    too (a pass over the scales, 1/block_size of the data, on the host).
+    """
+    x, block, scale_block = p.src, p.kwargs["block_size"], p.kwargs.get("scale_block_size")
+    return lambda: nbquant.quantize_nf4(x, block_size=block, scale_block_size=scale_block, backend=backend)
+
+
+def nbq_dequantize_nf4(p: Problem, backend: str | None = None) -> Bench:
+    """``NF4Quantized.dequantize`` of the codes ``p.src`` with float32 block scales, into a fresh float32 array."""
+    ref = p.kwargs["nf4"]
+    nq = nbquant.NF4Quantized(p.src, ref.scales, ref.shape, ref.block_size)
+    return lambda: nq.dequantize(backend=backend)
 
 
 def nbq_max_collect(p: Problem, backend: str | None = None) -> Bench:

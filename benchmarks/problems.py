@@ -42,6 +42,8 @@ class Problem:
         Keyword arguments for nbquant (``axis``, ``block_size``, ``packed``, ``dtype``).
     codes : numpy.ndarray
         Unpacked int8 codes (for peers that dequantize unpacked codes).
+    zero_point : numpy.ndarray
+        int32 zero points of the scale grid's shape (asymmetric static cases; None otherwise).
     """
 
     src: np.ndarray
@@ -51,6 +53,7 @@ class Problem:
     qrange: tuple[int, int]
     kwargs: dict
     codes: np.ndarray | None = None
+    zero_point: np.ndarray | None = None
 
     @property
     def reduces(self) -> bool:
@@ -102,6 +105,16 @@ def _absmax_scale(x: np.ndarray, block: tuple[int, int], qmax: int) -> np.ndarra
     return np.maximum(a / np.float32(qmax), np.float32(1e-8)).astype(np.float32)
 
 
+def _minmax_qparams(x: np.ndarray, block: tuple[int, int], qmin: int, qmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """Asymmetric scales ``(max - min) / (qmax - qmin)`` and int32 zero points over blocks of ``x`` (grid-shaped)."""
+    r, c = x.shape
+    br, bc = block
+    v = x.reshape(r // br, br, c // bc, bc)
+    lo, hi = np.minimum(v.min(axis=(1, 3)), np.float32(0)), np.maximum(v.max(axis=(1, 3)), np.float32(0))
+    s = np.maximum((hi - lo) / np.float32(qmax - qmin), np.float32(1e-8)).astype(np.float32)
+    return s, np.clip(qmin - np.rint(lo / s), qmin, qmax).astype(np.int32)
+
+
 def _block(shape: tuple[int, int], granularity: str) -> tuple[tuple[int, int], dict]:
     """The scale block and nbquant layout keywords of ``"tensor"``, ``"axis0"``, ``"axis1"`` or ``"gN"``."""
     r, c = shape
@@ -116,8 +129,8 @@ def _block(shape: tuple[int, int], granularity: str) -> tuple[tuple[int, int], d
 
 
 def quantize_problem(n: int, rng: np.random.Generator, dtype: str, granularity: str,
-                     packed: bool = False) -> Problem:
-    """A float32 input with absmax scales, for a static quantize case.
+                     packed: bool = False, zero_point: bool = False) -> Problem:
+    """A float32 input with absmax scales (min/max scales and zero points with ``zero_point``), for a static quantize.
 
     Parameters
     ----------
@@ -130,7 +143,10 @@ def quantize_problem(n: int, rng: np.random.Generator, dtype: str, granularity: 
     granularity : str
         ``"tensor"``, ``"axis0"``, ``"axis1"`` or ``"gN"`` (blocks of N columns).
     packed : bool, optional
-        Two 4-bit codes per byte.
+        Packed sub-byte codes (``8 // bits`` per byte; 6-bit: 4 codes in 3 bytes).
+    zero_point : bool, optional
+        Asymmetric: ``(max - min) / (qmax - qmin)`` scales and int32 zero points per block
+        (integer formats only).
 
     Returns
     -------
@@ -141,20 +157,25 @@ def quantize_problem(n: int, rng: np.random.Generator, dtype: str, granularity: 
     fmt = nbquant.get_format(dtype)
     qrange = (fmt.qmin, fmt.qmax) if not _is_float(dtype) else (-fmt.max_value, fmt.max_value)
     block, kwargs = _block(x.shape, granularity)
-    scale = _absmax_scale(x, block, qrange[1])
+    zp = None
+    if zero_point:
+        scale, zp = _minmax_qparams(x, block, *qrange)
+    else:
+        scale = _absmax_scale(x, block, qrange[1])
     kwargs = {**kwargs, "dtype": dtype, "packed": packed}
-    codes = nbquant.quantize(x, scale, dtype, **{k: v for k, v in kwargs.items() if k != "dtype"})
-    return Problem(x, np.empty_like(codes), scale, block, qrange, kwargs)
+    codes = nbquant.quantize(x, scale, dtype, zero_point=zp, **{k: v for k, v in kwargs.items() if k != "dtype"})
+    return Problem(x, np.empty_like(codes), scale, block, qrange, kwargs, zero_point=zp)
 
 
 def dequantize_problem(n: int, rng: np.random.Generator, dtype: str, granularity: str,
-                       packed: bool = False) -> Problem:
+                       packed: bool = False, zero_point: bool = False) -> Problem:
     """Codes (packed or not) of a random input, for a dequantize case (arguments as :func:`quantize_problem`)."""
-    p = quantize_problem(n, rng, dtype, granularity, packed)
+    p = quantize_problem(n, rng, dtype, granularity, packed, zero_point)
     layout = {k: v for k, v in p.kwargs.items() if k not in ("dtype", "packed")}
+    layout["zero_point"] = p.zero_point
     q = nbquant.quantize(p.src, p.scale, dtype, packed=packed, **layout)
     codes = None if _is_float(dtype) else nbquant.quantize(p.src, p.scale, dtype, **layout).astype(np.int8)
-    return Problem(q, np.empty(p.src.shape, np.float32), p.scale, p.block, p.qrange, p.kwargs, codes)
+    return Problem(q, np.empty(p.src.shape, np.float32), p.scale, p.block, p.qrange, p.kwargs, codes, p.zero_point)
 
 
 def mx_problem(n: int, rng: np.random.Generator, fmt: str) -> Problem:
@@ -172,28 +193,52 @@ def mx_dequantize_problem(n: int, rng: np.random.Generator, fmt: str) -> Problem
     return Problem(r.data, np.empty(p.src.shape, np.float32), p.scale, p.block, p.qrange, p.kwargs)
 
 
-def dynamic_problem(n: int, rng: np.random.Generator, dtype: str, group: int | None, mapping: str,
+def dynamic_problem(n: int, rng: np.random.Generator, dtype: str, group: int | str | None, mapping: str,
                     packed: bool = False) -> Problem:
-    """A float32 input for :func:`nbquant.quantize_dynamic` with blocks ``(1, group)`` (a whole row when None).
+    """A float32 input for :func:`nbquant.quantize_dynamic` with blocks ``(1, group)``.
 
-    ``p.scale`` holds nbquant's scales (for reference only: every contender chooses its own).
+    ``group`` None is a whole row (per-row), ``"tensor"`` the whole input (per-tensor:
+    neither ``axis`` nor ``block_size``). ``p.scale`` holds nbquant's scales (for
+    reference only: every contender chooses its own).
     """
     x = _random_input(n, rng)
     r, c = x.shape
-    g = c if group is None else min(group, c)
     fmt = nbquant.get_format(dtype)
-    kwargs = {"dtype": dtype, "block_size": (1, g), "mapping": mapping, "packed": packed}
-    _, scale, _ = nbquant.quantize_dynamic(x, dtype, block_size=(1, g), mapping=mapping)
-    out = np.empty((r, c // 2) if packed else (r, c), np.uint8)
-    return Problem(x, out, scale.reshape(r, c // g), (1, g), (fmt.qmin, fmt.qmax), kwargs)
+    if group == "tensor":
+        block, layout = (r, c), {}
+    else:
+        g = c if group is None else min(group, c)
+        block, layout = (1, g), {"block_size": (1, g)}
+    kwargs = {"dtype": dtype, **layout, "mapping": mapping, "packed": packed}
+    _, scale, _ = nbquant.quantize_dynamic(x, dtype, mapping=mapping, **layout)
+    out = np.empty((r, fmt.packed_length(c)) if packed else (r, c), np.uint8)
+    return Problem(x, out, scale.reshape(r // block[0], c // block[1]), block, (fmt.qmin, fmt.qmax), kwargs)
 
 
-def nf4_problem(n: int, rng: np.random.Generator, block: int = 64) -> Problem:
-    """A float32 input for :func:`nbquant.quantize_nf4` (blocks of ``block`` over the flattened input)."""
+def nf4_problem(n: int, rng: np.random.Generator, block: int = 64, scale_block: int | None = None) -> Problem:
+    """A float32 input for :func:`nbquant.quantize_nf4` (blocks of ``block`` over the flattened input).
+
+    ``scale_block``: double quantization of the block scales in groups of that many
+    (fewer when the input has fewer blocks), as ``quantize_nf4(scale_block_size=...)``.
+    """
     x = _random_input(n, rng)
     r, c = x.shape
-    return Problem(x, np.empty((r, c // 2), np.uint8), np.ones((1, 1), np.float32), (1, block), (0, 15),
-                   {"dtype": "nf4", "packed": True, "block_size": block})
+    kwargs = {"dtype": "nf4", "packed": True, "block_size": block}
+    if scale_block is not None:
+        kwargs["scale_block_size"] = min(scale_block, n // block)
+    return Problem(x, np.empty((r, c // 2), np.uint8), np.ones((1, 1), np.float32), (1, block), (0, 15), kwargs)
+
+
+def nf4_dequantize_problem(n: int, rng: np.random.Generator, block: int = 64) -> Problem:
+    """NF4 codes (as rows of packed bytes) and float32 block scales of a random input, for an NF4 dequantize.
+
+    ``p.kwargs["nf4"]`` is the :class:`nbquant.NF4Quantized` they come from.
+    """
+    p = nf4_problem(n, rng, block)
+    nq = nbquant.quantize_nf4(p.src, block_size=block)
+    r, c = p.src.shape
+    return Problem(nq.data.reshape(r, c // 2), np.empty((r, c), np.float32), p.scale, p.block, p.qrange,
+                   {**p.kwargs, "nf4": nq})
 
 
 def calibration_problem(n: int, rng: np.random.Generator, calibrator: str) -> Problem:

@@ -8,12 +8,13 @@ call; bytes read only for the calibrator cases, which only reduce their input):
 
 * ``%roof`` is ``t_roofline / t``: the share of a numba ``parallel=True`` cast of the
   same shapes and dtypes into a preallocated buffer (float32 -> int8, float32 ->
-  packed uint8, int8 -> float32), or of a numba ``parallel=True`` ``max |x|`` over the
-  input for the calibrator cases (``--device cuda``: a device-to-device copy of the
-  same bytes);
+  packed 4-, 2- or 6-bit codes, codes -> float32), or of a numba ``parallel=True``
+  ``max |x|`` over the input for the calibrator cases (``--device cuda``: a
+  device-to-device copy of the same bytes);
 * ``nbq x`` is ``t / t_nbquant``: how many times faster nbquant is than that row.
 
-Peers are imported lazily and skipped silently when absent: NumPy always; torch
+Peers are imported lazily and skipped silently when absent (or when they cannot do the
+case: fp6, fp4, MX, NVFP4 and NF4 have few or none): NumPy always; torch
 (``torch.quantize_per_*``, ``quantized_decomposed``, ``Tensor.dequantize``,
 ``torch.amax``, ``torch.histc``), torchao (``quantize_affine`` /
 ``dequantize_affine``) and onnxruntime (``QuantizeLinear`` / ``DequantizeLinear``)
@@ -23,9 +24,13 @@ when installed. nbquant never needs them.
 or torch load an OpenMP runtime: with spinning waiters, two OpenMP pools in one process
 stall each other.
 
-Dynamic cases (``nbquant.quantize_dynamic``: per-row int8, group-wise uint4 asymmetric
-as torchao's int4 weight-only; ``nbquant.quantize_nf4``) time the whole job (qparams,
-codes and packing) for every contender, packed and unpacked.
+Dynamic cases (``nbquant.quantize_dynamic``: per-row and per-tensor int8 symmetric,
+per-row uint8 asymmetric, group-wise uint4 asymmetric as torchao's int4 weight-only and
+int4 symmetric; ``nbquant.quantize_nf4``, with and without double quantization) time the
+whole job (qparams, codes and packing) for every contender, packed and unpacked.
+
+onnxruntime's sessions run on nbquant's thread count with ``session.intra_op.allow_spinning=0``
+(:mod:`benchmarks.onnxruntime_peers`): spinning workers would take the cores from the others.
 
 Calibrator cases (``MaxCalibrator`` per tensor and ``HistogramCalibrator`` with its
 default 2048 bins) time one ``collect`` of one batch, the amax included, and compare
@@ -73,11 +78,11 @@ def _pow2(n: int) -> str:
 
 def format_table(rows: Sequence[Row]) -> str:
     """The result table as fixed-width text."""
-    head = (f"{'case':<30} {'n':>5} {'impl':<33} {'median ms':>10} {'best ms':>9} {'GB/s':>6} {'%roof':>6} "
+    head = (f"{'case':<31} {'n':>5} {'impl':<33} {'median ms':>10} {'best ms':>9} {'GB/s':>6} {'%roof':>6} "
             f"{'nbq x':>6} {'same':>6}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r.case:<30} {_pow2(r.n):>5} {r.impl:<33} {r.median * 1e3:>10.3f} {r.best * 1e3:>9.3f} "
+        lines.append(f"{r.case:<31} {_pow2(r.n):>5} {r.impl:<33} {r.median * 1e3:>10.3f} {r.best * 1e3:>9.3f} "
                      f"{r.gbps:>6.1f} {r.roof:>6.0%} {r.speedup:>6.2f} {r.match:>6}")
     return "\n".join(lines)
 

@@ -7,6 +7,7 @@ each; each peer's result is first compared with nbquant's (the ``same`` column).
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable
@@ -133,8 +134,7 @@ def cuda_unavailable_reason() -> str:
 def _to_device(p: Problem) -> Problem:
     from numba import cuda
 
-    dev = [cuda.to_device(a) for a in (p.src, p.out)]
-    return Problem(dev[0], dev[1], p.scale, p.block, p.qrange, p.kwargs, p.codes)
+    return dataclasses.replace(p, src=cuda.to_device(p.src), out=cuda.to_device(p.out))
 
 
 def run_case_cuda(case: Case, n: int, repeats: int, seed: int = 0) -> list[Row]:

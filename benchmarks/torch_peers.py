@@ -160,22 +160,26 @@ def torchao_to_mx(p: Problem) -> Bench:
 def torchao_quantize_dynamic(p: Problem) -> Bench:
     """torchao ``choose_qparams_affine`` + ``quantize_affine`` (+ two nibbles per byte with torch ops).
 
-    int8 per-row: ``MappingType.SYMMETRIC``, ``torch.int8``; 4-bit: ``ASYMMETRIC``,
-    ``torch.uint8`` with ``quant_min=0, quant_max=15`` (int4 weight-only's codes).
+    The problem's mapping and range: e.g. int8 per-row ``MappingType.SYMMETRIC``,
+    ``torch.int8``; uint4 ``ASYMMETRIC``, ``torch.uint8`` with ``quant_min=0,
+    quant_max=15`` (int4 weight-only's codes). 4-bit only when packed.
     Packing puts the even column in the low nibble, as nbquant. Returns (codes, scale, zero_point).
     """
     prim, torch = _torchao_primitives(), _torch()
     (lo, hi), block, packed = p.qrange, p.block, p.kwargs["packed"]
+    if packed and hi - lo != 15:
+        raise NotImplementedError("packs 4-bit codes only")
     asym = p.kwargs["mapping"] == "asymmetric"
     mapping = prim.MappingType.ASYMMETRIC if asym else prim.MappingType.SYMMETRIC
-    target = torch.uint8 if lo == 0 else torch.int8
+    signed = lo < 0
+    target = torch.int8 if signed else torch.uint8
     x = torch.from_numpy(p.src)
 
     def run():
         s, zp = prim.choose_qparams_affine(x, mapping, block, target, lo, hi)
         q = prim.quantize_affine(x, block, s, zp, target, lo, hi)
-        if packed:
-            q = q[:, 0::2] | (q[:, 1::2] << 4)
+        if packed:  # the low nibble masked when signed: a negative int8 code would fill the high one
+            q = ((q[:, 0::2] & 15) if signed else q[:, 0::2]) | (q[:, 1::2] << 4)
         return q, s, zp
 
     return run

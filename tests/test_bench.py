@@ -1,7 +1,8 @@
 """Smoke tests of the benchmark tooling (not timings): ``benchmarks/`` and the asv suite.
 
-The ratio benchmark (``python -m benchmarks``) runs every case at 2^10 elements; the cuda
-bandwidth benchmark (``python -m benchmarks.cuda``) either runs or says it needs a GPU.
+The ratio benchmark (``python -m benchmarks``) runs every case at 2^10 elements (full tier; the
+quick tier builds every case at 2^10 and calls nbquant on it, in this process); the cuda bandwidth
+benchmark (``python -m benchmarks.cuda``) either runs or says it needs a GPU.
 
 The asv tests are skipped when asv is not installed (``pip install -e .[bench]``).
 They check ``asv_bench/asv.conf.json`` (a virtualenv per commit, pins inside
@@ -23,10 +24,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks.cases import CASES, select_cases
 from benchmarks.ratio import parse_sizes
+from benchmarks.roofline import cpu_roofline, roofline_kind
 
 ROOT = Path(__file__).resolve().parents[1]
 ASV_DIR = ROOT / "asv_bench"
@@ -56,6 +59,22 @@ def test_select_cases():
     names = [c.name for c in select_cases("int4,dq int8 per-tensor out=")]
     assert names and all("int4" in n or n == "dq int8 per-tensor out=" for n in names)
     assert len(select_cases(None)) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_every_case_sets_up_and_runs_nbquant(case):
+    """Each case's arrays at 2^10, nbquant's call on them and the roofline kernel of their shapes and dtypes."""
+    p = case.setup(1 << 10, np.random.default_rng(0))
+    assert case.nbquant(p, None)() is not None
+    assert roofline_kind(p) in ("cast", "pack2", "pack4", "pack43", "unpack2", "unpack4", "absmax")
+    cpu_roofline(p)()
+    assert p.nbytes > 0
+
+
+def test_names_are_unique_and_fit_the_table():
+    names = [c.name for c in CASES]
+    assert len(set(names)) == len(names)
+    assert max(map(len, names)) <= 31
 
 
 @pytest.mark.full(reason="slow tooling: the ratio benchmark compiles every case's kernels in a new process "
