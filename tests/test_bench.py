@@ -1,7 +1,8 @@
 """Smoke tests of the benchmark tooling (not timings): ``benchmarks/`` and the asv suite.
 
 The ratio benchmark (``python -m benchmarks``) runs every case at 2^10 elements (full tier; the
-quick tier builds every case at 2^10 and calls nbquant on it, in this process); the cuda bandwidth
+quick tier builds every case at 2^10 and calls nbquant on it, in this process); the per-element
+cost table (``python -m benchmarks.kernel_cost``) prints its verdicts; the cuda bandwidth
 benchmark (``python -m benchmarks.cuda``) either runs or says it needs a GPU.
 
 The asv tests are skipped when asv is not installed (``pip install -e .[bench]``).
@@ -27,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks import kernel_cost
 from benchmarks.cases import CASES, select_cases
 from benchmarks.ratio import parse_sizes
 from benchmarks.roofline import cpu_roofline, roofline_kind
@@ -75,6 +77,24 @@ def test_names_are_unique_and_fit_the_table():
     names = [c.name for c in CASES]
     assert len(set(names)) == len(names)
     assert max(map(len, names)) <= 31
+
+
+def test_kernel_cost_prints_verdicts(capsys):
+    selected = [c.name for c in select_cases("q int8 per-tensor")]
+    assert kernel_cost.main(["--n", "2^10", "--budget-n", "2^12", "--repeats", "2", "--budget-repeats", "1",
+                             "--ghz", "3", "--cases", "q int8 per-tensor"]) == 0
+    out = capsys.readouterr().out
+    assert "verdict" in out and "cycles/elem" in out and "budget" in out and "skipped" not in out, out
+    rows = {line[:31].rstrip(): line.split()[-1] for line in out.splitlines() if line[:31].rstrip() in selected}
+    assert sorted(rows) == sorted(selected), out
+    assert set(rows.values()) <= {"compute", "memory"}, out
+
+
+def test_cpu_ghz_reads_cpuinfo(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\ncpu MHz\t\t: 2445.406\n")
+    assert kernel_cost.cpu_ghz(info) == pytest.approx(2.445406)
+    assert kernel_cost.cpu_ghz(tmp_path / "missing") == 3.0
 
 
 @pytest.mark.full(reason="slow tooling: the ratio benchmark compiles every case's kernels in a new process "
