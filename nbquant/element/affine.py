@@ -108,13 +108,16 @@ def code_bits(code, mask):
 def code_value(bits, nbits, signed):
     """The integer value (as float32) of ``nbits`` storage bits; sign-extends when ``signed``.
 
-    For ``nbits == 32`` (int32) the mask is all ones and the sign step subtracts
-    ``int32(2**32) == 0``: the bits are the value, and the float32 conversion rounds it (RNE).
+    For ``nbits == 32`` (int32) the mask is all ones and the bits already are the signed
+    value; the float32 conversion rounds it (RNE). Narrower codes are exact in float32, so
+    the sign step subtracts ``2**nbits`` in float32. Every integer step is cast back to int32
+    (Numba widens ``int32 & int32`` to int64), so a loop over it vectorizes in 32-bit lanes:
+    16 codes per AVX-512 vector instead of 8.
     """
-    v = np.int32(bits) & np.int32((1 << nbits) - 1)
-    if signed and v >= np.int32(1 << (nbits - 1)):
-        v = v - np.int32(1 << nbits)
-    return np.float32(v)
+    v = np.float32(np.int32(np.int32(bits) & np.int32((1 << nbits) - 1)))
+    if signed and nbits < 32 and v >= np.float32(1 << (nbits - 1)):
+        v = v - np.float32(1 << nbits)
+    return v
 
 
 @element_function

@@ -22,6 +22,8 @@ __all__ = [
     "store_float",
     "f32_bits",
     "bits_f32",
+    "ashr32",
+    "shl32",
     "abs_bits",
     "order_key",
     "key_f32",
@@ -62,6 +64,32 @@ def _reinterpret(typingctx, value):
     if value == types.int64:
         return types.float32(types.int64), to_float
     return None
+
+
+def _int32_shift(kind: str):
+    """An intrinsic ``(value, amount) -> int32``: ``value`` (any integer, truncated to 32 bits) shifted in int32.
+
+    Numba widens every operation on int32 to int64, and LLVM cannot narrow a shift back by
+    a run-time amount; a loop of 64-bit shifts vectorizes half as wide (8 lanes of AVX-512).
+    The amount must be in ``[0, 31]``.
+    """
+
+    def typer(typingctx, value, amount):
+        if not (isinstance(value, types.Integer) and isinstance(amount, types.Integer)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            v, n = (builder.trunc(a, _I32) if a.type.width > 32 else builder.sext(a, _I32) if a.type.width < 32
+                    else a for a in args)
+            return getattr(builder, kind)(v, n)
+
+        return types.int32(value, amount), codegen
+
+    return intrinsic(typer)
+
+
+_ashr32 = _int32_shift("ashr")
+_shl32 = _int32_shift("shl")
 
 
 @intrinsic
@@ -164,6 +192,18 @@ def f32_bits(v):
 def bits_f32(bits):
     """The float32 with IEEE bits ``bits`` (an integer below 2**32)."""
     return _reinterpret(np.int64(bits))
+
+
+@element_function
+def ashr32(value, amount):
+    """``value >> amount`` in int32 (arithmetic; ``amount`` in ``[0, 31]``), without Numba's widening to int64."""
+    return _ashr32(value, amount)
+
+
+@element_function
+def shl32(value, amount):
+    """``value << amount`` in int32 (wrapping; ``amount`` in ``[0, 31]``), without Numba's widening to int64."""
+    return _shl32(value, amount)
 
 
 @element_function

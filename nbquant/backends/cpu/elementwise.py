@@ -178,19 +178,34 @@ def dequantize_kernel(part, parts, q, scale, zp, has_zp, nbits, signed, bp, br, 
         p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         if bc == 1:
             qs, ss, zs, os = q[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], out[p, r, c:end]
-            for i in range(qs.size):
-                os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), ss[i], zs[i]), like)
+            if has_zp:
+                for i in range(qs.size):
+                    os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), ss[i], zs[i]), like)
+            else:
+                for i in range(qs.size):
+                    os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), ss[i], ZERO), like)
             continue
         g = c // bc
         while c < end:
             stop = min((g + 1) * bc, end)
-            s = scale[sp, sr, g]
-            z = zp[sp, sr, g] if has_zp else np.float32(0)
             qs, os = q[p, r, c:stop], out[p, r, c:stop]
-            for i in range(qs.size):
-                os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), s, z), like)
+            if has_zp:
+                _dequantize_block(qs, os, scale[sp, sr, g], zp[sp, sr, g], nbits, signed, like)
+            else:
+                _dequantize_block(qs, os, scale[sp, sr, g], ZERO, nbits, signed, like)
             c = stop
             g += 1
+
+
+#: The zero point of a dequantize without one: ``code - (+0.0)`` is ``code``, so the subtraction is compiled away.
+ZERO = np.float32(0.0)
+
+
+@element_function
+def _dequantize_block(qs, os, s, z, nbits, signed, like):
+    """Dequantize the codes ``qs`` (one per byte or word) of one scale block into ``os``."""
+    for i in range(qs.size):
+        os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), s, z), like)
 
 
 @element_function
@@ -224,9 +239,11 @@ def dequantize_packed_kernel(part, parts, q, scale, zp, has_zp, nbits, signed, b
         if aligned:
             while c < end:
                 stop = min((g + 1) * bc, end)
-                z = zp[sp, sr, g] if has_zp else np.float32(0)
                 qs, os = q[p, r, c >> kshift:stop >> kshift], out[p, r, c:stop]
-                _dequantize_bytes(qs, os, scale[sp, sr, g], z, nbits, signed, like)
+                if has_zp:
+                    _dequantize_bytes(qs, os, scale[sp, sr, g], zp[sp, sr, g], nbits, signed, like)
+                else:
+                    _dequantize_bytes(qs, os, scale[sp, sr, g], ZERO, nbits, signed, like)
                 c = stop
                 g += 1
             continue
