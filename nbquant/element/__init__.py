@@ -94,7 +94,16 @@ from .minifloat import (
     quantize_float_value,
     scaled_minifloat_fake,
 )
-from .packing import pack_byte_codes, pack_field, pack_nf4_pair, pack_pair, unpack_field
+from .packing import (
+    pack_byte_codes,
+    pack_field,
+    pack_nf4_pair,
+    pack_pair,
+    pack_six_bit_codes,
+    unpack_byte_codes,
+    unpack_field,
+    unpack_six_bit_codes,
+)
 
 __all__ = [
     "AMAX_TINY", "E2M1", "E4M3", "MXINT8_STEP", "NF4_VALUES",
@@ -104,5 +113,6 @@ __all__ = [
     "histogram_bin", "key_f32", "load_f32", "minmax_keys", "mx_int8", "mx_inverse_scale",
     "mx_scale_code", "nf4_code", "nvfp4_block_scale", "order_key", "pack_byte_codes", "pack_field",
     "pack_nf4_pair", "pack_pair", "quantize_float_value", "quantize_value", "rint_f32", "scaled",
-    "scaled_minifloat_fake", "ste_value", "store_float", "unpack_field",
+    "scaled_minifloat_fake", "ste_value", "store_float", "unpack_byte_codes", "unpack_field", "pack_six_bit_codes",
+    "unpack_six_bit_codes",
 ]

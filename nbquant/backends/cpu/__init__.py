@@ -3,7 +3,8 @@
 Kernels are declared with :func:`~nbquant.backends.cpu._kernel.cpu_kernel`, which owns
 their compile options, their on-disk cache key and how a call is split over threads
 (:func:`nbquant.set_num_threads`); their numerics are :mod:`nbquant.element`
-calls only. Modules: :mod:`.static` (quantize/dequantize), :mod:`.blocks` (MX, NVFP4,
+calls only. Modules: :mod:`.static` (quantize/dequantize; kernels in :mod:`.elementwise` and
+:mod:`.floats`), :mod:`.blocks` (MX, NVFP4,
 NF4, amax), :mod:`.dynamic` (dynamic quantization), :mod:`.modelopt` (fake
 quantization, gradients, histogram).
 """

@@ -36,7 +36,7 @@ from ...threads import get_num_threads
 from .._warning import NumbaCacheWarning
 
 __all__ = ["cpu_kernel", "CpuKernel", "KernelCache", "KERNELS", "source_digest", "parallel_parts", "part_range",
-           "work_unit", "row_tile", "ROW_TILE", "PART_BYTES"]
+           "work_unit", "quotient", "row_tile", "ROW_TILE", "PART_BYTES"]
 
 #: Every kernel made by :func:`cpu_kernel`, in definition order.
 KERNELS: list[CpuKernel] = []
@@ -230,13 +230,28 @@ def part_range(n, part, parts):
 
 
 @element.element_function
+def quotient(a, b):
+    """``a // b`` for ``a >= 0`` and ``b >= 1``, without the hardware divide when ``b == 1`` or ``a < b``.
+
+    A signed 64-bit floor division costs tens of cycles; a work unit used to take four,
+    about 85 ns per 4096-element row (a quarter of an int8 quantize of that row). The
+    branches are the same for every unit of a call, so they predict.
+    """
+    if b == 1:
+        return a
+    if a < b:
+        return a - a
+    return a // b
+
+
+@element.element_function
 def work_unit(unit, ntiles, tile, R, C, bp, br):
     """Coordinates of one work unit: ``(p, r)`` row, its scale row ``(sp, sr)``, columns ``[c, end)``."""
-    row = unit // ntiles
+    row = quotient(unit, ntiles)
     c = (unit - row * ntiles) * tile
-    p = row // R
+    p = quotient(row, R)
     r = row - p * R
-    return p, r, p // bp, r // br, c, min(c + tile, C)
+    return p, r, quotient(p, bp), quotient(r, br), c, min(c + tile, C)
 
 
 def row_tile(columns: int, codes_per_byte: int = 1) -> int:

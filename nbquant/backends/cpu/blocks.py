@@ -34,14 +34,14 @@ from ...element import (
     unpack_field,
 )
 from .._views import float32_from_bits, kernel_float_view, output_float_like
-from ._kernel import cpu_kernel, part_range, row_tile
+from ._kernel import cpu_kernel, part_range, quotient, row_tile
 from .dynamic import flat_reduce_kernel
 
 
 @element_function
 def _block_range(unit, ntiles, tile, nblocks):
     """Row and block range ``[b0, b1)`` of one work unit."""
-    row = unit // ntiles
+    row = quotient(unit, ntiles)
     b0 = (unit - row * ntiles) * tile
     return row, b0, min(b0 + tile, nblocks)
 

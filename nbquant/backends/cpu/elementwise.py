@@ -20,18 +20,15 @@ from ...element import (
     dequantize_value,
     e4m3_scales,
     element_function,
-    float_value,
     pack_byte_codes,
-    pack_field,
-    quantize_float_value,
     quantize_value,
     scaled_minifloat_fake,
     ste_value,
     store_float,
-    unpack_field,
+    unpack_byte_codes,
 )
 from ...modes import ScaleOp
-from ._kernel import cpu_kernel, part_range, work_unit
+from ._kernel import cpu_kernel, part_range, quotient, work_unit
 
 # Inner loops index slices from 0: a loop index that starts elsewhere keeps Numba's
 # negative-index wraparound check alive and stops vectorization (5x slower).
@@ -52,12 +49,15 @@ def quantize_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp_before, qmin
             quantize_columns(x[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], has_zp, out[p, r, c:end],
                              scale_op, zp_before, qmin, qmax, mask)
             continue
-        g = c // bc
+        g = quotient(c, bc)
         while c < end:
             stop = min((g + 1) * bc, end)
             s = scale[sp, sr, g]
             z = zp[sp, sr, g] if has_zp else NO_ZERO_POINT
-            quantize_block(x[p, r, c:stop], out[p, r, c:stop], s, z, has_zp, scale_op, zp_before, qmin, qmax, mask)
+            if mask == 0xFF:  # byte codes: the store truncates, so the mask is compiled away
+                quantize_block(x[p, r, c:stop], out[p, r, c:stop], s, z, has_zp, scale_op, zp_before, qmin, qmax, 0xFF)
+            else:
+                quantize_block(x[p, r, c:stop], out[p, r, c:stop], s, z, has_zp, scale_op, zp_before, qmin, qmax, mask)
             c = stop
             g += 1
 
@@ -145,7 +145,7 @@ def quantize_packed_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp_befor
         codes = np.empty(PACK_CHUNK, np.uint8)
         words16 = codes.view(np.uint16)
         words32 = codes.view(np.uint32)
-        g = c // bc
+        g = quotient(c, bc)
         while c < end:
             stop = min(c + PACK_CHUNK, end)
             if bc == 1:
@@ -185,7 +185,7 @@ def dequantize_kernel(part, parts, q, scale, zp, has_zp, nbits, signed, bp, br, 
                 for i in range(qs.size):
                     os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), ss[i], ZERO), like)
             continue
-        g = c // bc
+        g = quotient(c, bc)
         while c < end:
             stop = min((g + 1) * bc, end)
             qs, os = q[p, r, c:stop], out[p, r, c:stop]
@@ -208,208 +208,38 @@ def _dequantize_block(qs, os, s, z, nbits, signed, like):
         os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), s, z), like)
 
 
-@element_function
-def _dequantize_bytes(qs, os, s, z, nbits, signed, like):
-    """Unpack and dequantize the bytes ``qs`` of one scale block into ``os`` (4-bit or 2-bit codes)."""
-    if nbits == 4:
-        for j in range(qs.size):
-            byte = qs[j]
-            os[2 * j] = store_float(dequantize_value(code_value(unpack_field(byte, 0, 4), 4, signed), s, z), like)
-            os[2 * j + 1] = store_float(dequantize_value(code_value(unpack_field(byte, 1, 4), 4, signed), s, z), like)
-    else:
-        for j in range(qs.size):
-            byte = qs[j]
-            for t in range(4):
-                code = code_value(unpack_field(byte, t, 2), 2, signed)
-                os[4 * j + t] = store_float(dequantize_value(code, s, z), like)
-
-
 @cpu_kernel
 def dequantize_packed_kernel(part, parts, q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
-    """Dequantize packed bytes ``q`` (P, R, C / k) into ``out`` (P, R, C); blocks as in the packed quantize."""
-    P, R, C = out.shape
-    k = 8 // nbits
-    kshift = 1 if k == 2 else 2  # byte index = code index >> kshift (a per-block division costs ~2 cycles/code)
-    aligned = bc % k == 0 or bc >= C
-    ntiles = (C + tile - 1) // tile
-    first, last = part_range(P * R * ntiles, part, parts)
-    for unit in range(first, last):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = c // bc
-        if aligned:
-            while c < end:
-                stop = min((g + 1) * bc, end)
-                qs, os = q[p, r, c >> kshift:stop >> kshift], out[p, r, c:stop]
-                if has_zp:
-                    _dequantize_bytes(qs, os, scale[sp, sr, g], zp[sp, sr, g], nbits, signed, like)
-                else:
-                    _dequantize_bytes(qs, os, scale[sp, sr, g], ZERO, nbits, signed, like)
-                c = stop
-                g += 1
-            continue
-        left = (g + 1) * bc - c
-        qs, os = q[p, r, c // k:end // k], out[p, r, c:end]
-        for j in range(qs.size):
-            byte = qs[j]
-            for t in range(k):
-                if left == 0:
-                    g += 1
-                    left = bc
-                z = zp[sp, sr, g] if has_zp else np.float32(0)
-                v = dequantize_value(code_value(unpack_field(byte, t, nbits), nbits, signed), scale[sp, sr, g], z)
-                os[j * k + t] = store_float(v, like)
-                left -= 1
+    """Dequantize packed bytes ``q`` (P, R, C / k) into ``out`` (P, R, C); blocks as in the packed quantize.
 
-
-@cpu_kernel
-def quantize_float_kernel(part, parts, x, scale, scale_op, fp, saturate, bp, br, bc, tile, out):
-    """Encode ``x / scale`` (P, R, C) as floating-point codes ``out`` (P, R, C), one per byte."""
-    P, R, C = x.shape
-    ntiles = (C + tile - 1) // tile
-    first, last = part_range(P * R * ntiles, part, parts)
-    for unit in range(first, last):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = c // bc
-        while c < end:
-            stop = min((g + 1) * bc, end)
-            quantize_float_block(x[p, r, c:stop], out[p, r, c:stop], scale[sp, sr, g], scale_op, fp, saturate)
-            c = stop
-            g += 1
-
-
-@element_function
-def _quantize_float_block(xs, os, s, scale_op, fp, saturate):
-    """Float codes of one scale block ``xs`` into ``os``."""
-    for i in range(xs.size):
-        os[i] = quantize_float_value(xs[i], s, scale_op, fp, saturate)
-
-
-@element_function
-def quantize_float_block(xs, os, s, scale_op, fp, saturate):
-    """:func:`_quantize_float_block` compiled per float32 scale op (a literal: no precision test per element)."""
-    if scale_op == ScaleOp.MULTIPLY:
-        _quantize_float_block(xs, os, s, ScaleOp.MULTIPLY, fp, saturate)
-    elif scale_op == ScaleOp.DIVIDE:
-        _quantize_float_block(xs, os, s, ScaleOp.DIVIDE, fp, saturate)
-    else:  # half precision (compute_dtype)
-        _quantize_float_block(xs, os, s, scale_op, fp, saturate)
-
-
-@element_function
-def _next_scale_block(g, left, bc):
-    """Advance a running block index: ``left`` codes remain in block ``g``; returns the block of the next code."""
-    if left == 0:
-        return g + 1, bc - 1
-    return g, left - 1
-
-
-@cpu_kernel
-def quantize_float_packed_kernel(part, parts, x, scale, scale_op, fp, saturate, bp, br, bc, tile, out):
-    """Encode ``x / scale`` (P, R, C) as packed 4-bit (2 per byte) or 6-bit (4 in 3 bytes) floating-point codes.
-
-    Codes fill a little-endian bit stream, the first element in the lowest bits. 4-bit codes
-    are encoded a chunk of :data:`PACK_CHUNK` at a time into a byte buffer, one contiguous
-    loop per scale block, then packed with :func:`~nbquant.element.pack_byte_codes`, as the
-    integer kernel does (encoding pair by pair does not vectorize: 10x slower).
+    A work unit spreads a chunk of :data:`PACK_CHUNK` codes into a byte buffer (in L1)
+    with :func:`~nbquant.element.unpack_byte_codes`, then dequantizes the buffer one
+    contiguous loop per scale block (blocks need not cover whole bytes).
     """
-    P, R, C = x.shape
-    if fp[0] + fp[1] == 5:
-        _quantize_float6_packed(part, parts, x, scale, scale_op, fp, saturate, bp, br, bc, tile, out)
-        return
+    P, R, C = out.shape
+    kshift = 1 if nbits == 4 else 2  # byte index = code index >> kshift (tiles and chunks start on whole bytes)
     ntiles = (C + tile - 1) // tile
     first, last = part_range(P * R * ntiles, part, parts)
+    codes = np.empty(PACK_CHUNK, np.uint8)
+    words16, words32 = codes.view(np.uint16), codes.view(np.uint32)
     for unit in range(first, last):
         p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        codes = np.empty(PACK_CHUNK, np.uint8)
-        words16 = codes.view(np.uint16)
-        words32 = codes.view(np.uint32)
-        g = c // bc
+        g = quotient(c, bc)
         while c < end:
             stop = min(c + PACK_CHUNK, end)
-            if bc == 1:
-                xs, ss, cs = x[p, r, c:stop], scale[sp, sr, c:stop], codes[:stop - c]
-                for i in range(xs.size):
-                    cs[i] = quantize_float_value(xs[i], ss[i], scale_op, fp, saturate)
-            else:
-                b = c
-                while b < stop:
-                    b_end = min((g + 1) * bc, stop)
-                    quantize_float_block(x[p, r, b:b_end], codes[b - c:b_end - c], scale[sp, sr, g], scale_op, fp,
-                                         saturate)
-                    if b_end == (g + 1) * bc:
-                        g += 1
-                    b = b_end
-            pack_byte_codes(words16, words32, out[p, r, c >> 1:stop >> 1], 4)
+            unpack_byte_codes(q[p, r, c >> kshift:(stop + (1 << kshift) - 1) >> kshift], words16, words32, nbits)
+            b = c
+            while b < stop:
+                b_end = min((g + 1) * bc, stop)
+                cs, os = codes[b - c:b_end - c], out[p, r, b:b_end]
+                if has_zp:
+                    _dequantize_block(cs, os, scale[sp, sr, g], zp[sp, sr, g], nbits, signed, like)
+                else:
+                    _dequantize_block(cs, os, scale[sp, sr, g], ZERO, nbits, signed, like)
+                if b_end == (g + 1) * bc:
+                    g += 1
+                b = b_end
             c = stop
-
-
-@element_function
-def _quantize_float6_packed(part, parts, x, scale, scale_op, fp, saturate, bp, br, bc, tile, out):
-    """6-bit codes, four in three bytes (each group of four encoded in turn)."""
-    P, R, C = x.shape
-    ntiles = (C + tile - 1) // tile
-    first, last = part_range(P * R * ntiles, part, parts)
-    for unit in range(first, last):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = c // bc
-        left = (g + 1) * bc - c
-        xs, os = x[p, r, c:end], out[p, r, c // 4 * 3:end // 4 * 3]
-        for j in range(xs.size // 4):
-            g, left = _next_scale_block(g, left, bc)
-            c0 = quantize_float_value(xs[4 * j], scale[sp, sr, g], scale_op, fp, saturate)
-            g, left = _next_scale_block(g, left, bc)
-            c1 = quantize_float_value(xs[4 * j + 1], scale[sp, sr, g], scale_op, fp, saturate)
-            g, left = _next_scale_block(g, left, bc)
-            c2 = quantize_float_value(xs[4 * j + 2], scale[sp, sr, g], scale_op, fp, saturate)
-            g, left = _next_scale_block(g, left, bc)
-            c3 = quantize_float_value(xs[4 * j + 3], scale[sp, sr, g], scale_op, fp, saturate)
-            word = pack_field(pack_field(pack_field(pack_field(0, c0, 0, 6), c1, 1, 6), c2, 2, 6), c3, 3, 6)
-            for b in range(3):
-                os[3 * j + b] = unpack_field(word, b, 8)
-
-
-@cpu_kernel
-def dequantize_float_kernel(part, parts, q, scale, fp, bp, br, bc, tile, like, out):
-    """Decode floating-point codes ``q`` (P, R, C) times their scale into ``out``."""
-    P, R, C = q.shape
-    ntiles = (C + tile - 1) // tile
-    first, last = part_range(P * R * ntiles, part, parts)
-    for unit in range(first, last):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = c // bc
-        while c < end:
-            stop = min((g + 1) * bc, end)
-            s = scale[sp, sr, g]
-            qs, os = q[p, r, c:stop], out[p, r, c:stop]
-            for i in range(qs.size):
-                os[i] = store_float(float_value(qs[i], s, fp), like)
-            c = stop
-            g += 1
-
-
-@cpu_kernel
-def dequantize_float_packed_kernel(part, parts, q, scale, fp, bp, br, bc, tile, like, out):
-    """Decode packed 4-bit or 6-bit floating-point codes ``q`` (see the packed quantize) into ``out`` (P, R, C)."""
-    P, R, C = out.shape
-    six = fp[0] + fp[1] == 5
-    k = 4 if six else 2
-    m = 3 if six else 1
-    ntiles = (C + tile - 1) // tile
-    first, last = part_range(P * R * ntiles, part, parts)
-    for unit in range(first, last):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = c // bc
-        left = (g + 1) * bc - c
-        qs, os = q[p, r, c // k * m:end // k * m], out[p, r, c:end]
-        for j in range(os.size // k):
-            if six:
-                word = pack_field(pack_field(pack_field(0, qs[3 * j], 0, 8), qs[3 * j + 1], 1, 8), qs[3 * j + 2], 2, 8)
-            else:
-                word = np.int64(qs[j])
-            for t in range(k):
-                g, left = _next_scale_block(g, left, bc)
-                code = unpack_field(word, t, fp[0] + fp[1] + 1)
-                os[k * j + t] = store_float(float_value(code, scale[sp, sr, g], fp), like)
 
 
 @cpu_kernel
@@ -427,7 +257,7 @@ def fake_amax_kernel(part, parts, x, amax, is_float, maxbound, qmin, qmax, fp, b
     first, last = part_range(P * R * ntiles, part, parts)
     for unit in range(first, last):
         p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = c // bc
+        g = quotient(c, bc)
         while c < end:
             stop = min((g + 1) * bc, end)
             a = amax[sp, sr, g]
@@ -460,7 +290,7 @@ def fake_affine_kernel(part, parts, x, step, qz, minb, maxb, tile, like, out):
     hi = np.float32(maxb)
     first, last = part_range(rows * ntiles, part, parts)
     for unit in range(first, last):
-        r = unit // ntiles
+        r = quotient(unit, ntiles)
         c = (unit - r * ntiles) * tile
         xs, os = x[r, c:min(c + tile, n)], out[r, c:min(c + tile, n)]
         for i in range(xs.size):
@@ -475,7 +305,7 @@ def ste_kernel(part, parts, grad, x, lo, hi, bp, br, bc, tile, like, out):
     first, last = part_range(P * R * ntiles, part, parts)
     for unit in range(first, last):
         p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = c // bc
+        g = quotient(c, bc)
         while c < end:
             stop = min((g + 1) * bc, end)
             a = lo[sp, sr, g]

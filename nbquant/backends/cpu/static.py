@@ -1,6 +1,6 @@
 """The cpu backend's static quantize and dequantize: the canonical views of a call, each run by one kernel.
 
-The kernels are in :mod:`.elementwise`.
+The kernels are in :mod:`.elementwise` (integer codes) and :mod:`.floats` (fp8, fp6, fp4).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import numpy as np
 from ...layout import canonical_views
 from .._views import kernel_float_view, output_float_like
 from . import elementwise as kernels
+from . import floats
 from ._kernel import row_tile
 
 _NO_ZERO_POINT = np.zeros((1, 1, 1), np.float32)
@@ -33,7 +34,7 @@ class StaticOps:
         for (x3, o3), (s3, *z3), (bp, br, bc) in canonical_views(spec.layout, [xk, out], params, [1, group]):
             tile = row_tile(x3.shape[2], group[0])
             if fmt.is_float:
-                kernel = kernels.quantize_float_packed_kernel if spec.packed else kernels.quantize_float_kernel
+                kernel = floats.quantize_float_packed_kernel if spec.packed else floats.quantize_float_kernel
                 kernel(x3, s3, int(spec.scale_op), fmt.fp_params, spec.saturate, bp, br, bc, tile, o3)
                 continue
             zp3 = z3[0] if has_zp else _zero_points(s3, bc)
@@ -55,7 +56,7 @@ class StaticOps:
         for (q3, o3), (s3, *z3), (bp, br, bc) in canonical_views(spec.layout, [q, outk], params, [group, 1]):
             tile = row_tile(o3.shape[2], group[0])
             if fmt.is_float:
-                kernel = kernels.dequantize_float_packed_kernel if spec.packed else kernels.dequantize_float_kernel
+                kernel = floats.dequantize_float_packed_kernel if spec.packed else floats.dequantize_float_kernel
                 kernel(q3, s3, fmt.fp_params, bp, br, bc, tile, like, o3)
                 continue
             zp3 = z3[0] if has_zp else _zero_points(s3, bc)
