@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 from numba import njit
 
-from nbquant.element import bits_f32, decode_e8m0, encode_e8m0, f32_bits, rint_f32
+from nbquant.element import NF4_THRESHOLDS, NF4_VALUES, bits_f32, decode_e8m0, encode_e8m0, f32_bits, nf4_code, rint_f32
 
 
 @njit(cache=False)
@@ -68,3 +68,29 @@ def test_float_bits_round_trip_and_rint_is_half_to_even():
     ties = np.array([0.5, 1.5, 2.5, -0.5, -2.5, 8388609.0, 1e30, np.inf], np.float32)
     _rint(ties, out[: ties.size])
     np.testing.assert_array_equal(out[: ties.size], np.rint(ties))
+
+
+@njit
+def _nf4_codes(xs):
+    out = np.empty(xs.size, np.int64)
+    for i in range(xs.size):
+        out[i] = nf4_code(xs[i])
+    return out
+
+
+def test_nf4_code_is_argmin_of_float32_distances_on_the_unit_interval():
+    """The threshold count equals argmin(fl(|x - table|)) (first on a tie) wherever the kernels call it.
+
+    Checked on every float32 within 256 ulps of each threshold and table entry (where the
+    answer changes, and where float32 rounding could make two distances tie), ±0, ±1, NaN,
+    and a million uniform draws from [-1, 1].
+    """
+    near = np.concatenate([NF4_THRESHOLDS, NF4_VALUES])
+    steps = np.arange(-256, 257, dtype=np.int32)
+    bits = (near.view(np.int32)[:, None] + np.where(near[:, None] < 0, -steps, steps)).ravel()
+    xs = np.concatenate([bits.view(np.float32), np.float32([0.0, -0.0, 1.0, -1.0]),
+                         np.random.default_rng(0).uniform(-1, 1, 1 << 20).astype(np.float32)])
+    xs = xs[np.abs(xs) <= 1]
+    expected = np.argmin(np.abs(xs[:, None] - NF4_VALUES[None, :]), axis=1)
+    assert np.array_equal(_nf4_codes(xs), expected)
+    assert _nf4_codes(np.float32([np.nan]))[0] == 0

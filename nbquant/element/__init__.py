@@ -75,6 +75,7 @@ from .blocks import (
     E2M1,
     E4M3,
     MXINT8_STEP,
+    NF4_THRESHOLDS,
     NF4_VALUES,
     mx_int8,
     mx_inverse_scale,
@@ -97,16 +98,18 @@ from .minifloat import (
 from .packing import (
     pack_byte_codes,
     pack_field,
+    pack_nf4_codes,
     pack_nf4_pair,
     pack_pair,
     pack_six_bit_codes,
     unpack_byte_codes,
     unpack_field,
+    unpack_nf4_codes,
     unpack_six_bit_codes,
 )
 
 __all__ = [
-    "AMAX_TINY", "E2M1", "E4M3", "MXINT8_STEP", "NF4_VALUES",
+    "AMAX_TINY", "E2M1", "E4M3", "MXINT8_STEP", "NF4_THRESHOLDS", "NF4_VALUES",
     "abs_bits", "absmax_bits", "affine_fake_value", "affine_qparams", "amax_code", "amax_scales", "bits_f32",
     "block_qparams", "code_bits", "code_value", "decode_e8m0", "decode_fp", "decode_minifloat", "dequantize_value",
     "e4m3_scales", "element_function", "encode_e8m0", "encode_fp", "encode_minifloat", "f32_bits", "float_value",
@@ -114,5 +117,5 @@ __all__ = [
     "mx_scale_code", "nf4_code", "nvfp4_block_scale", "order_key", "pack_byte_codes", "pack_field",
     "pack_nf4_pair", "pack_pair", "quantize_float_value", "quantize_value", "rint_f32", "scaled",
     "scaled_minifloat_fake", "ste_value", "store_float", "unpack_byte_codes", "unpack_field", "pack_six_bit_codes",
-    "unpack_six_bit_codes",
+    "pack_nf4_codes", "unpack_nf4_codes", "unpack_six_bit_codes",
 ]

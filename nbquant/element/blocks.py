@@ -20,6 +20,7 @@ __all__ = [
     "nvfp4_block_scale",
     "NF4_VALUES",
     "nf4_code",
+    "NF4_THRESHOLDS",
 ]
 
 #: float8_e4m3fn encoding tuple (``QuantFormat.fp_params``), for NVFP4 block scales.
@@ -86,15 +87,54 @@ NF4_VALUES = np.array([
 NF4_VALUES.flags.writeable = False
 
 
+def _nf4_thresholds(values: np.ndarray) -> np.ndarray:
+    """``t[i]``: the smallest float32 in ``(values[i], values[i+1]]`` nearer to ``values[i+1]`` in float32 arithmetic.
+
+    "Nearer" is ``fl(|x - values[i+1]|) < fl(|x - values[i]|)``, strictly, as argmin keeps the
+    first of a tie. Between two neighbours that predicate is monotone (both distances are
+    rounded monotonically), so a bisection over the float32s in between finds where it
+    turns true; farther entries never win there (their distances are larger by at least
+    the gap between entries, far above float32 rounding at magnitudes up to 2).
+    """
+    def key(x: np.float32) -> int:
+        b = int(np.array(x, np.float32).view(np.int32))
+        return b if b >= 0 else -(b & 0x7FFFFFFF)
+
+    def value(k: int) -> np.float32:
+        return np.array(k if k >= 0 else (-k) | -0x80000000, np.int32).view(np.float32)[()]
+
+    out = np.empty(values.size - 1, np.float32)
+    for i in range(values.size - 1):
+        lo_v, hi_v = values[i], values[i + 1]
+        lo, hi = key(lo_v), key(hi_v)  # the predicate is false at lo_v (distance 0 to it), true at hi_v
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            x = value(mid)
+            if np.float32(abs(x - hi_v)) < np.float32(abs(x - lo_v)):
+                hi = mid
+            else:
+                lo = mid
+        out[i] = value(hi)
+    return out
+
+
+#: Where each next NF4 entry becomes the nearest (see :func:`_nf4_thresholds`); a global constant array.
+NF4_THRESHOLDS = _nf4_thresholds(NF4_VALUES)
+NF4_THRESHOLDS.flags.writeable = False
+
+
 @element_function
 def nf4_code(v):
-    """Index of the NF4 table entry nearest to float32 ``v`` (the first on a tie; 0 for NaN), as argmin does."""
+    """Index of the NF4 table entry nearest to float32 ``v``, for ``|v| <= 1`` or NaN (0), as argmin does.
+
+    The count of :data:`NF4_THRESHOLDS` at or below ``v``: fifteen compares and adds in
+    int32, which vectorize without selects (the nearest-of-16 search took three times as
+    long). Equal to ``argmin(fl(|v - table|))`` (first index on a tie) on ``[-1, 1]``,
+    which is every input the NF4 kernels make (``x / amax`` of the block); NaN compares
+    false everywhere, so it gives 0, as argmin over NaN distances does.
+    """
     x = np.float32(v)
-    best = np.int64(0)
-    best_d = abs(x - NF4_VALUES[0])
-    for i in range(1, 16):
-        d = abs(x - NF4_VALUES[i])
-        if d < best_d:
-            best = np.int64(i)
-            best_d = d
-    return best
+    code = np.int32(0)
+    for i in range(15):
+        code = np.int32(code + np.int32(x >= NF4_THRESHOLDS[i]))
+    return code

@@ -14,7 +14,7 @@ import numpy as np
 from .bits import element_function
 
 __all__ = ["pack_field", "unpack_field", "pack_pair", "pack_nf4_pair", "pack_byte_codes", "unpack_byte_codes",
-           "pack_six_bit_codes", "unpack_six_bit_codes"]
+           "pack_six_bit_codes", "unpack_six_bit_codes", "pack_nf4_codes", "unpack_nf4_codes"]
 
 
 @element_function
@@ -105,3 +105,19 @@ def unpack_six_bit_codes(packed, words32):
     for j in range(packed.size // 3):
         v = np.uint32(packed[3 * j]) | (np.uint32(packed[3 * j + 1]) << 8) | (np.uint32(packed[3 * j + 2]) << 16)
         words32[j] = (v & 0x3F) | ((v & 0xFC0) << 2) | ((v & 0x3F000) << 4) | ((v & 0xFC0000) << 6)
+
+
+@element_function
+def unpack_nf4_codes(packed, words16):
+    """:func:`unpack_byte_codes` for NF4's layout (:func:`pack_nf4_pair`): the HIGH nibble is the first code."""
+    for j in range(packed.size):
+        b = np.uint16(packed[j])
+        words16[j] = ((b & 0xF0) >> 4) | ((b & 0x0F) << 8)
+
+
+@element_function
+def pack_nf4_codes(words16, out):
+    """:func:`pack_byte_codes` for NF4's layout (:func:`pack_nf4_pair`): code ``2j`` in byte ``j``'s HIGH nibble."""
+    for j in range(out.size):
+        w = words16[j]
+        out[j] = ((w & 0x0F) << 4) | ((w >> 8) & 0x0F)

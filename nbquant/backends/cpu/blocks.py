@@ -29,9 +29,10 @@ from ...element import (
     nf4_code,
     nvfp4_block_scale,
     pack_byte_codes,
-    pack_nf4_pair,
+    pack_nf4_codes,
     store_float,
-    unpack_field,
+    unpack_byte_codes,
+    unpack_nf4_codes,
 )
 from .._views import float32_from_bits, kernel_float_view, output_float_like
 from ._kernel import cpu_kernel, part_range, quotient, row_tile
@@ -95,29 +96,37 @@ def mx_quantize_kernel(part, parts, x, block, emax, max_mantissa, round_up, fp, 
 
 @cpu_kernel
 def mx_dequantize_kernel(part, parts, codes, scales, block, fp, is_int, packed, tile, like, out):
-    """Dequantize MX ``codes`` with E8M0 ``scales`` into ``out`` (rows, n): ``element * 2**(scale - 127)``."""
+    """Dequantize MX ``codes`` with E8M0 ``scales`` into ``out`` (rows, n): ``element * 2**(scale - 127)``.
+
+    A work unit takes a tile of blocks: each block's scale spread over its elements, packed
+    codes spread into a byte buffer (:func:`~nbquant.element.unpack_byte_codes`), then one
+    long decoding loop (two strided stores per packed byte do not vectorize).
+    """
     rows, n = out.shape
     nblocks = n // block
     ntiles = (nblocks + tile - 1) // tile
     first, last = part_range(rows * ntiles, part, parts)
+    factors = np.empty(tile * block, np.float32)
+    buffer = np.empty(tile * block if packed else 0, np.uint8)  # a multiple of 4 bytes: tile is 512
+    words16, words32 = buffer.view(np.uint16), buffer.view(np.uint32)
     for unit in range(first, last):
         r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
-        for b in range(b0, b1):
-            s = decode_e8m0(scales[r, b])
-            os = out[r, b * block:(b + 1) * block]
-            if packed:
-                qs = codes[r, b * block // 2:(b + 1) * block // 2]
-                for j in range(qs.size):
-                    os[2 * j] = store_float(decode_fp(unpack_field(qs[j], 0, 4), fp) * s, like)
-                    os[2 * j + 1] = store_float(decode_fp(unpack_field(qs[j], 1, 4), fp) * s, like)
-            elif is_int:
-                qs = codes[r, b * block:(b + 1) * block]
-                for i in range(qs.size):
-                    os[i] = store_float(code_value(qs[i], 8, True) * MXINT8_STEP * s, like)
-            else:
-                qs = codes[r, b * block:(b + 1) * block]
-                for i in range(qs.size):
-                    os[i] = store_float(decode_fp(qs[i], fp) * s, like)
+        for b in range(b1 - b0):
+            _fill(factors[b * block:(b + 1) * block], decode_e8m0(scales[r, b0 + b]))
+        os = out[r, b0 * block:b1 * block]
+        fs = factors[:os.size]
+        if packed:
+            unpack_byte_codes(codes[r, b0 * block // 2:b1 * block // 2], words16, words32, 4)
+            for i in range(os.size):
+                os[i] = store_float(decode_fp(buffer[i], fp) * fs[i], like)
+        elif is_int:
+            qs = codes[r, b0 * block:b1 * block]
+            for i in range(os.size):
+                os[i] = store_float(code_value(qs[i], 8, True) * MXINT8_STEP * fs[i], like)
+        else:
+            qs = codes[r, b0 * block:b1 * block]
+            for i in range(os.size):
+                os[i] = store_float(decode_fp(qs[i], fp) * fs[i], like)
 
 
 @cpu_kernel
@@ -167,20 +176,23 @@ def _fill(vs, v):
 
 @cpu_kernel
 def nvfp4_dequantize_kernel(part, parts, codes, scales, block, global_scale, tile, like, out):
-    """NVFP4 dequantize: ``e2m1 * (e4m3_scale * global_scale)`` into ``out`` (rows, n)."""
+    """NVFP4 dequantize: ``e2m1 * (e4m3_scale * global_scale)`` into ``out`` (rows, n), a tile of blocks at a time."""
     rows, n = out.shape
     nblocks = n // block
     ntiles = (nblocks + tile - 1) // tile
     first, last = part_range(rows * ntiles, part, parts)
+    factors = np.empty(tile * block, np.float32)
+    buffer = np.empty(tile * block, np.uint8)
+    words16, words32 = buffer.view(np.uint16), buffer.view(np.uint32)
     for unit in range(first, last):
         r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
-        for b in range(b0, b1):
-            s = decode_fp(scales[r, b], E4M3) * global_scale
-            qs = codes[r, b * block // 2:(b + 1) * block // 2]
-            os = out[r, b * block:(b + 1) * block]
-            for j in range(qs.size):
-                os[2 * j] = store_float(decode_fp(unpack_field(qs[j], 0, 4), E2M1) * s, like)
-                os[2 * j + 1] = store_float(decode_fp(unpack_field(qs[j], 1, 4), E2M1) * s, like)
+        for b in range(b1 - b0):
+            _fill(factors[b * block:(b + 1) * block], decode_fp(scales[r, b0 + b], E4M3) * global_scale)
+        os = out[r, b0 * block:b1 * block]
+        fs = factors[:os.size]
+        unpack_byte_codes(codes[r, b0 * block // 2:b1 * block // 2], words16, words32, 4)
+        for i in range(os.size):
+            os[i] = store_float(decode_fp(buffer[i], E2M1) * fs[i], like)
 
 
 @cpu_kernel
@@ -197,6 +209,7 @@ def nf4_quantize_kernel(part, parts, x, block, tile, codes, scales):
     first, last = part_range(rows * ntiles, part, parts)
     divisors = np.empty(tile * block, np.float32)
     buffer = np.empty(tile * block, np.uint8)
+    words16 = buffer.view(np.uint16)
     for unit in range(first, last):
         r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
         xs = x[r, b0 * block:b1 * block]
@@ -209,27 +222,28 @@ def nf4_quantize_kernel(part, parts, x, block, tile, codes, scales):
         bs = buffer[:xs.size]
         for i in range(bs.size):
             bs[i] = nf4_code(load_f32(xs[i]) / ds[i])
-        os = codes[r, b0 * block // 2:b1 * block // 2]
-        for j in range(os.size):
-            os[j] = pack_nf4_pair(bs[2 * j], bs[2 * j + 1])
+        pack_nf4_codes(words16, codes[r, b0 * block // 2:b1 * block // 2])
 
 
 @cpu_kernel
 def nf4_dequantize_kernel(part, parts, codes, scales, block, tile, like, out):
-    """NF4 dequantize: ``table[code] * scale`` per block into ``out`` (rows, n)."""
+    """NF4 dequantize: ``table[code] * scale`` per block into ``out`` (rows, n), a tile of blocks at a time."""
     rows, n = out.shape
     nblocks = n // block
     ntiles = (nblocks + tile - 1) // tile
     first, last = part_range(rows * ntiles, part, parts)
+    factors = np.empty(tile * block, np.float32)
+    buffer = np.empty(tile * block, np.uint8)
+    words16 = buffer.view(np.uint16)
     for unit in range(first, last):
         r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
-        for b in range(b0, b1):
-            s = np.float32(scales[r, b])
-            qs = codes[r, b * block // 2:(b + 1) * block // 2]
-            os = out[r, b * block:(b + 1) * block]
-            for j in range(qs.size):
-                os[2 * j] = store_float(NF4_VALUES[unpack_field(qs[j], 1, 4)] * s, like)
-                os[2 * j + 1] = store_float(NF4_VALUES[unpack_field(qs[j], 0, 4)] * s, like)
+        for b in range(b1 - b0):
+            _fill(factors[b * block:(b + 1) * block], np.float32(scales[r, b0 + b]))
+        os = out[r, b0 * block:b1 * block]
+        fs = factors[:os.size]
+        unpack_nf4_codes(codes[r, b0 * block // 2:b1 * block // 2], words16)
+        for i in range(os.size):
+            os[i] = store_float(NF4_VALUES[buffer[i]] * fs[i], like)
 
 
 #: Blocks per parallel work unit.
