@@ -54,10 +54,7 @@ def quantize_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp_before, qmin
             stop = min((g + 1) * bc, end)
             s = scale[sp, sr, g]
             z = zp[sp, sr, g] if has_zp else NO_ZERO_POINT
-            if mask == 0xFF:  # byte codes: the store truncates, so the mask is compiled away
-                quantize_block(x[p, r, c:stop], out[p, r, c:stop], s, z, has_zp, scale_op, zp_before, qmin, qmax, 0xFF)
-            else:
-                quantize_block(x[p, r, c:stop], out[p, r, c:stop], s, z, has_zp, scale_op, zp_before, qmin, qmax, mask)
+            quantize_block(x[p, r, c:stop], out[p, r, c:stop], s, z, has_zp, scale_op, zp_before, qmin, qmax, mask)
             c = stop
             g += 1
 
