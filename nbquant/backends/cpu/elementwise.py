@@ -26,6 +26,7 @@ from ...element import (
     ste_value,
     store_float,
     unpack_byte_codes,
+    unpack_field,
 )
 from ...modes import ScaleOp
 from ._kernel import cpu_kernel, part_range, quotient, work_unit
@@ -205,16 +206,64 @@ def _dequantize_block(qs, os, s, z, nbits, signed, like):
         os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), s, z), like)
 
 
+@element_function
+def _dequantize_bytes(qs, os, s, z, signed, like):
+    """Unpack and dequantize the bytes ``qs`` (4-bit codes) of one scale block into ``os``."""
+    for j in range(qs.size):
+        byte = qs[j]
+        os[2 * j] = store_float(dequantize_value(code_value(unpack_field(byte, 0, 4), 4, signed), s, z), like)
+        os[2 * j + 1] = store_float(dequantize_value(code_value(unpack_field(byte, 1, 4), 4, signed), s, z), like)
+
+
 @cpu_kernel
 def dequantize_packed_kernel(part, parts, q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
     """Dequantize packed bytes ``q`` (P, R, C / k) into ``out`` (P, R, C); blocks as in the packed quantize.
 
-    A work unit spreads a chunk of :data:`PACK_CHUNK` codes into a byte buffer (in L1)
-    with :func:`~nbquant.element.unpack_byte_codes`, then dequantizes the buffer one
-    contiguous loop per scale block (blocks need not cover whole bytes).
+    4-bit codes: two strided stores per byte, per scale block. 2-bit codes go through a byte
+    buffer (:func:`_dequantize_two_bit`): four strided stores per byte do not vectorize.
     """
     P, R, C = out.shape
-    kshift = 1 if nbits == 4 else 2  # byte index = code index >> kshift (tiles and chunks start on whole bytes)
+    if nbits == 2:
+        _dequantize_two_bit(part, parts, q, scale, zp, has_zp, signed, bp, br, bc, tile, like, out)
+        return
+    k = 8 // nbits
+    kshift = 1 if k == 2 else 2  # byte index = code index >> kshift (a per-block division costs ~2 cycles/code)
+    aligned = bc % k == 0 or bc >= C
+    ntiles = (C + tile - 1) // tile
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        g = quotient(c, bc)
+        if aligned:
+            while c < end:
+                stop = min((g + 1) * bc, end)
+                qs, os = q[p, r, c >> kshift:stop >> kshift], out[p, r, c:stop]
+                if has_zp:
+                    _dequantize_bytes(qs, os, scale[sp, sr, g], zp[sp, sr, g], signed, like)
+                else:
+                    _dequantize_bytes(qs, os, scale[sp, sr, g], ZERO, signed, like)
+                c = stop
+                g += 1
+            continue
+        left = (g + 1) * bc - c
+        qs, os = q[p, r, c // k:end // k], out[p, r, c:end]
+        for j in range(qs.size):
+            byte = qs[j]
+            for t in range(k):
+                if left == 0:
+                    g += 1
+                    left = bc
+                z = zp[sp, sr, g] if has_zp else np.float32(0)
+                v = dequantize_value(code_value(unpack_field(byte, t, nbits), nbits, signed), scale[sp, sr, g], z)
+                os[j * k + t] = store_float(v, like)
+                left -= 1
+
+
+@element_function
+def _dequantize_two_bit(part, parts, q, scale, zp, has_zp, signed, bp, br, bc, tile, like, out):
+    """2-bit codes: a chunk of :data:`PACK_CHUNK` spread into a byte buffer (in L1) with
+    :func:`~nbquant.element.unpack_byte_codes`, then one contiguous loop per scale block."""
+    P, R, C = out.shape
     ntiles = (C + tile - 1) // tile
     first, last = part_range(P * R * ntiles, part, parts)
     codes = np.empty(PACK_CHUNK, np.uint8)
@@ -224,15 +273,15 @@ def dequantize_packed_kernel(part, parts, q, scale, zp, has_zp, nbits, signed, b
         g = quotient(c, bc)
         while c < end:
             stop = min(c + PACK_CHUNK, end)
-            unpack_byte_codes(q[p, r, c >> kshift:(stop + (1 << kshift) - 1) >> kshift], words16, words32, nbits)
+            unpack_byte_codes(q[p, r, c >> 2:(stop + 3) >> 2], words16, words32, 2)
             b = c
             while b < stop:
                 b_end = min((g + 1) * bc, stop)
                 cs, os = codes[b - c:b_end - c], out[p, r, b:b_end]
                 if has_zp:
-                    _dequantize_block(cs, os, scale[sp, sr, g], zp[sp, sr, g], nbits, signed, like)
+                    _dequantize_block(cs, os, scale[sp, sr, g], zp[sp, sr, g], 2, signed, like)
                 else:
-                    _dequantize_block(cs, os, scale[sp, sr, g], ZERO, nbits, signed, like)
+                    _dequantize_block(cs, os, scale[sp, sr, g], ZERO, 2, signed, like)
                 if b_end == (g + 1) * bc:
                     g += 1
                 b = b_end
