@@ -4,7 +4,7 @@
 each case of :data:`benchmarks.cases.CASES` (``--cases``: those whose name contains one of the
 comma-separated substrings, as in ``python -m benchmarks``) at ``--n`` elements (default 2^20: 4 MiB
 of float32, cache-resident on the benchmark machine), times nbquant's call alone with nbquant on
-one thread (``nbquant.set_num_threads(1)``, restored after) and prints the best of ``--repeats`` as
+one thread (``nbquant.threads.thread_limit(1)``) and prints the best of ``--repeats`` as
 ns and cycles per element (at ``--ghz``; default the ``cpu MHz`` of ``/proc/cpuinfo``, else 3.0).
 This is what the kernel costs besides the memory.
 
@@ -59,16 +59,12 @@ def best_time(call: Callable[[], object], repeats: int) -> float:
 
 def one_thread_cost(case: Case, n: int, repeats: int, seed: int = 0) -> float:
     """Best seconds of nbquant's call of ``case`` at ``n`` elements with nbquant on one thread."""
-    import nbquant
+    from nbquant.threads import thread_limit
 
     p = case.setup(n, np.random.default_rng(seed))
     call = case.nbquant(p, None)
-    previous = nbquant.get_num_threads()
-    nbquant.set_num_threads(1)
-    try:
+    with thread_limit(1):  # a cap for this thread's calls: the process's own setting is left as it was
         return best_time(call, repeats)
-    finally:
-        nbquant.set_num_threads(previous)
 
 
 def memory_budget(case: Case, n: int, threads: int, repeats: int, seed: int = 0) -> float:

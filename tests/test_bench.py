@@ -79,7 +79,11 @@ def test_names_are_unique_and_fit_the_table():
     assert max(map(len, names)) <= 31
 
 
-def test_kernel_cost_prints_verdicts(capsys):
+def test_kernel_cost_prints_verdicts(capsys, monkeypatch):
+    """The table's verdicts; and the run leaves nbquant's thread setting alone (the environment still decides)."""
+    import nbquant
+
+    monkeypatch.setenv("NBQUANT_NUM_THREADS", "3")
     selected = [c.name for c in select_cases("q int8 per-tensor")]
     assert kernel_cost.main(["--n", "2^10", "--budget-n", "2^12", "--repeats", "2", "--budget-repeats", "1",
                              "--ghz", "3", "--cases", "q int8 per-tensor"]) == 0
@@ -88,6 +92,8 @@ def test_kernel_cost_prints_verdicts(capsys):
     rows = {line[:31].rstrip(): line.split()[-1] for line in out.splitlines() if line[:31].rstrip() in selected}
     assert sorted(rows) == sorted(selected), out
     assert set(rows.values()) <= {"compute", "memory"}, out
+    monkeypatch.setenv("NBQUANT_NUM_THREADS", "5")  # nothing explicit was left set: the environment still decides
+    assert nbquant.get_num_threads() == 5
 
 
 def test_cpu_ghz_reads_cpuinfo(tmp_path):
