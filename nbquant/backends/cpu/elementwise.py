@@ -47,7 +47,7 @@ def quantize_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp_before, qmin
     for unit in range(first, last):
         p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         if bc == 1:
-            quantize_columns(x[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], has_zp, out[p, r, c:end],
+            quantize_columns(x[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], out[p, r, c:end],
                              scale_op, zp_before, qmin, qmax, mask)
             continue
         g = quotient(c, bc)
@@ -62,9 +62,10 @@ def quantize_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp_before, qmin
 
 # The kernels call the helpers below with ``scale_op`` as a literal constant for the float32
 # ops, one call per value, so each inner loop is compiled for one scale op: the multiply path
-# never divides (a float32 divide costs more than the memory traffic on two cores). Without a
-# zero point the helpers pass ``-0.0``, the additive identity, as a literal and ``zero_point_before``
-# False: the compiler drops the zero point's add (two of the loop's ~eleven vector instructions).
+# never divides (a float32 divide costs more than the memory traffic on two cores). In divide
+# mode (the default) without a zero point they pass ``-0.0``, the additive identity, as a literal
+# and ``zero_point_before`` False: the compiler drops the zero point's add and subtract (two of
+# the loop's eleven vector instructions).
 
 #: The zero point of a call without one: ``rne(v) + (-0.0)`` is ``rne(v)``, so the add is compiled away.
 NO_ZERO_POINT = np.float32(-0.0)
@@ -78,45 +79,46 @@ def _quantize_block(xs, os, s, z, scale_op, zp_before, qmin, qmax, mask):
 
 
 @element_function
-def _quantize_columns(xs, ss, zs, has_zp, os, scale_op, zp_before, qmin, qmax, mask):
+def _quantize_columns(xs, ss, zs, os, scale_op, zp_before, qmin, qmax, mask):
     """Codes of ``xs`` with one scale and zero point per element (``ss``, ``zs``) into ``os``."""
-    if has_zp:
-        for i in range(xs.size):
-            os[i] = code_bits(quantize_value(xs[i], ss[i], zs[i], scale_op, zp_before, qmin, qmax), mask)
-    else:
-        for i in range(xs.size):
-            os[i] = code_bits(quantize_value(xs[i], ss[i], NO_ZERO_POINT, scale_op, False, qmin, qmax), mask)
+    for i in range(xs.size):
+        os[i] = code_bits(quantize_value(xs[i], ss[i], zs[i], scale_op, zp_before, qmin, qmax), mask)
 
 
 @element_function
-def _quantize_block_op(xs, os, s, z, scale_op, zp_before, qmin, qmax, mask):
-    """:func:`_quantize_block` compiled per float32 scale op."""
-    if scale_op == ScaleOp.MULTIPLY:
-        _quantize_block(xs, os, s, z, ScaleOp.MULTIPLY, zp_before, qmin, qmax, mask)
-    elif scale_op == ScaleOp.DIVIDE:
+def quantize_block_zp(xs, os, s, z, scale_op, zp_before, qmin, qmax, mask):
+    """:func:`_quantize_block` compiled per float32 scale op (three loops), with the zero point ``z``."""
+    if scale_op == ScaleOp.DIVIDE:
         _quantize_block(xs, os, s, z, ScaleOp.DIVIDE, zp_before, qmin, qmax, mask)
+    elif scale_op == ScaleOp.MULTIPLY:
+        _quantize_block(xs, os, s, z, ScaleOp.MULTIPLY, zp_before, qmin, qmax, mask)
     else:  # half precision (compute_dtype): one loop for the four ops
         _quantize_block(xs, os, s, z, scale_op, zp_before, qmin, qmax, mask)
 
 
 @element_function
 def quantize_block(xs, os, s, z, has_zp, scale_op, zp_before, qmin, qmax, mask):
-    """:func:`_quantize_block` compiled per float32 scale op, and apart for a block without a zero point."""
-    if has_zp:
-        _quantize_block_op(xs, os, s, z, scale_op, zp_before, qmin, qmax, mask)
+    """:func:`quantize_block_zp`, plus a fourth loop for divide mode (the default) without a zero point.
+
+    Only that case is split off: each specialization is compiled into every kernel that
+    quantizes, and a cold first call pays for all of them (splitting every op by ``has_zp``
+    tripled the int8 kernel's compile time, 10 s to 31 s).
+    """
+    if scale_op == ScaleOp.DIVIDE and not has_zp:
+        _quantize_block(xs, os, s, NO_ZERO_POINT, ScaleOp.DIVIDE, False, qmin, qmax, mask)
     else:
-        _quantize_block_op(xs, os, s, NO_ZERO_POINT, scale_op, False, qmin, qmax, mask)
+        quantize_block_zp(xs, os, s, z if has_zp else NO_ZERO_POINT, scale_op, zp_before, qmin, qmax, mask)
 
 
 @element_function
-def quantize_columns(xs, ss, zs, has_zp, os, scale_op, zp_before, qmin, qmax, mask):
-    """:func:`_quantize_columns` compiled per float32 scale op (``zs`` is not read when ``has_zp`` is False)."""
-    if scale_op == ScaleOp.MULTIPLY:
-        _quantize_columns(xs, ss, zs, has_zp, os, ScaleOp.MULTIPLY, zp_before, qmin, qmax, mask)
-    elif scale_op == ScaleOp.DIVIDE:
-        _quantize_columns(xs, ss, zs, has_zp, os, ScaleOp.DIVIDE, zp_before, qmin, qmax, mask)
+def quantize_columns(xs, ss, zs, os, scale_op, zp_before, qmin, qmax, mask):
+    """:func:`_quantize_columns` compiled per float32 scale op (``zs``: zeros when there is no zero point)."""
+    if scale_op == ScaleOp.DIVIDE:
+        _quantize_columns(xs, ss, zs, os, ScaleOp.DIVIDE, zp_before, qmin, qmax, mask)
+    elif scale_op == ScaleOp.MULTIPLY:
+        _quantize_columns(xs, ss, zs, os, ScaleOp.MULTIPLY, zp_before, qmin, qmax, mask)
     else:  # half precision (compute_dtype): one loop for the four ops
-        _quantize_columns(xs, ss, zs, has_zp, os, scale_op, zp_before, qmin, qmax, mask)
+        _quantize_columns(xs, ss, zs, os, scale_op, zp_before, qmin, qmax, mask)
 
 
 #: Codes a packing kernel quantizes into a byte buffer (in L1) before packing them in one loop.
@@ -147,7 +149,7 @@ def quantize_packed_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp_befor
         while c < end:
             stop = min(c + PACK_CHUNK, end)
             if bc == 1:
-                quantize_columns(x[p, r, c:stop], scale[sp, sr, c:stop], zp[sp, sr, c:stop], has_zp,
+                quantize_columns(x[p, r, c:stop], scale[sp, sr, c:stop], zp[sp, sr, c:stop],
                                  codes[:stop - c], scale_op, zp_before, qmin, qmax, mask)
             else:
                 b = c
