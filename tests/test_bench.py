@@ -31,7 +31,7 @@ import pytest
 from benchmarks import kernel_cost
 from benchmarks.cases import CASES, select_cases
 from benchmarks.ratio import parse_sizes
-from benchmarks.roofline import cpu_roofline, roofline_kind
+from benchmarks.roofline import roofline_kind
 
 ROOT = Path(__file__).resolve().parents[1]
 ASV_DIR = ROOT / "asv_bench"
@@ -64,12 +64,15 @@ def test_select_cases():
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_every_case_sets_up_and_runs_nbquant(case):
-    """Each case's arrays at 2^10, nbquant's call on them and the roofline kernel of their shapes and dtypes."""
+def test_every_case_sets_up_with_a_roofline(case):
+    """Each case's arrays at 2^10 and the roofline kernel their shapes and dtypes select.
+
+    Nothing is compiled here: running every case's nbquant call and roofline kernel costs a
+    minute of JIT on a cold cache, which the full tier's ``test_ratio_benchmark_prints_table``
+    pays (every case at 2^10, in a new process).
+    """
     p = case.setup(1 << 10, np.random.default_rng(0))
-    assert case.nbquant(p, None)() is not None
     assert roofline_kind(p) in ("cast", "pack2", "pack4", "pack43", "unpack2", "unpack4", "absmax")
-    cpu_roofline(p)()
     assert p.nbytes > 0
 
 
