@@ -2,7 +2,7 @@
 
 ``"="`` means the same codes or values, ``"≠k"`` that k elements differ, ``"-"`` that
 the results cannot be compared (other sizes or widths, no result). Results may be
-NumPy arrays or scalars, torch tensors (quantized ones by their integer codes),
+NumPy arrays or scalars, numba device arrays, torch tensors on any device (quantized ones by their integer codes),
 onnxruntime's output lists, torchao's ``(scales, data)`` or nbquant's block formats.
 """
 
@@ -25,6 +25,8 @@ def _host(result) -> np.ndarray | None:
         result = result.data
     if result is None:
         return None
+    if hasattr(result, "copy_to_host"):  # a numba device array (the cuda backend's results)
+        result = result.copy_to_host()
     if isinstance(result, np.ndarray):  # ml_dtypes' user-defined dtypes (fp8, ...) by their bits
         return result.view(f"u{result.dtype.itemsize}") if result.dtype.isbuiltin == 2 else result
     torch = sys.modules["torch"]
@@ -32,7 +34,7 @@ def _host(result) -> np.ndarray | None:
         result = result.int_repr()
     elif result.dtype.is_floating_point and result.element_size() == 1:
         result = result.view(torch.uint8)
-    return result.numpy()
+    return result.cpu().numpy()
 
 
 def _values(result) -> np.ndarray:

@@ -1,18 +1,23 @@
-"""Bandwidth of the cuda backend's kernels next to a device-to-device copy (needs a real GPU).
+"""Fixed costs of the cuda backend on a real GPU: the first call of each kernel family, and a small call.
 
-For each case and size, times ``nbquant.quantize`` / ``dequantize`` on device arrays (so
-only the kernel and the tiny scale upload are timed) with CUDA events, and a
-device-to-device copy of the same input bytes. It reports effective bandwidth: the
-bytes the kernel reads plus the bytes it writes, per second. The copy figure is
-``2 * bytes / time`` (read + write). Medians over ``--repeat`` runs after one warm-up
-(which also compiles).
+Bandwidth at large sizes is the ratio benchmark's job (``python -m benchmarks --device cuda``:
+every case against a device-to-device copy and torch on CUDA). This module measures what a user
+pays before the data moves, one row per kernel family:
+
+* ``first s``: the first call in this process, to its end (the kernel's compile by NVVM, or
+  its load from Numba's on-disk cache when ``NUMBA_CACHE_DIR`` already holds it);
+* ``second ms``: the next call (the same signature, now in memory);
+* ``dev 2^10 us``: the median of ``--repeat`` calls on 1024 elements already on the device,
+  each to its end (``cuda.synchronize``): the launch overhead of a small call;
+* ``host 2^10 us``: the same with NumPy in and out (copies to and from the device included).
 
 Usage::
 
-    python -m benchmarks.cuda [--sizes 24,28] [--repeat 20]
+    python -m benchmarks.cuda [--repeat 200]
 
-Run it from the repository root. CI only checks that it starts (``tests/test_bench.py``: without
-a GPU it exits 1 with a message); docs/cuda.md records that no GPU has measured it yet.
+Run it from the repository root, once with an empty ``NUMBA_CACHE_DIR`` (the cold compile) and
+once more with that cache filled (a new process's first call). Without a GPU it exits 1 with a
+message (``tests/test_bench.py`` checks that it starts).
 """
 
 from __future__ import annotations
@@ -20,56 +25,51 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import time
+from collections.abc import Callable
 
 import ml_dtypes
 import numpy as np
 
 
-def _cases(n: int):
-    """(label, run(x_dev) -> None, input dtype, bytes read, bytes written) for ``n`` elements."""
+def _families(rows: int, cols: int) -> list[tuple[str, Callable]]:
+    """``(label, call(x_float32_2d, codes_int8_2d) -> result)`` for each kernel family."""
     import nbquant
 
-    rows = 4096
-    cols = n // rows
-    per_channel = np.linspace(0.01, 0.02, rows, dtype=np.float32)
-    blocked = np.full((rows, cols // 32), 0.02, np.float32)
+    s_row = np.linspace(0.01, 0.02, rows, dtype=np.float32)
+    s_g32 = np.full((rows, cols // 32), 0.02, np.float32)
     return [
-        ("quantize f32->int8 per-tensor", np.float32, 4 * n, n,
-         lambda x: nbquant.quantize(x, np.float32(0.02), "int8")),
-        ("quantize f32->int8 per-channel(axis=0)", np.float32, 4 * n, n,
-         lambda x: nbquant.quantize(x.reshape(rows, cols), per_channel, "int8", axis=0)),
-        ("quantize bf16->int4 packed, blocks of 32", ml_dtypes.bfloat16, 2 * n, n // 2,
-         lambda x: nbquant.quantize(x.reshape(rows, cols), blocked, "int4", axis=1, block_size=32, packed=True)),
-        ("quantize f16->uint8 zero point", np.float16, 2 * n, n,
-         lambda x: nbquant.quantize(x, np.float32(0.02), "uint8", zero_point=128)),
-        ("dequantize int8->f32 per-tensor", np.int8, n, 4 * n,
-         lambda q: nbquant.dequantize(q, np.float32(0.02))),
-        ("dequantize int4 packed->bf16, blocks of 32", np.uint8, n // 2, 2 * n,
-         lambda q: nbquant.dequantize(q.reshape(rows, cols // 2), blocked, axis=1, block_size=32, dtype="int4",
-                                      out_dtype=ml_dtypes.bfloat16)),
+        ("quantize int8 per-tensor", lambda x, q: nbquant.quantize(x, 0.02, "int8")),
+        ("quantize int8 per-channel", lambda x, q: nbquant.quantize(x, s_row, "int8", axis=0)),
+        ("quantize uint8 zero point", lambda x, q: nbquant.quantize(x, 0.02, "uint8", zero_point=128)),
+        ("quantize int4 packed g32", lambda x, q: nbquant.quantize(x, s_g32, "int4", axis=1, block_size=32,
+                                                                    packed=True)),
+        ("quantize fp8 e4m3", lambda x, q: nbquant.quantize(x, 0.02, "float8_e4m3fn")),
+        ("quantize fp4 e2m1 packed", lambda x, q: nbquant.quantize(x, 0.02, "float4_e2m1fn", packed=True)),
+        ("dequantize int8 -> f32", lambda x, q: nbquant.dequantize(q, 0.02)),
+        ("dequantize int8 -> bf16", lambda x, q: nbquant.dequantize(q, 0.02, out_dtype=ml_dtypes.bfloat16)),
+        ("quantize_mx mxfp4", lambda x, q: nbquant.quantize_mx(x, "mxfp4")),
+        ("quantize_nvfp4", lambda x, q: nbquant.quantize_nvfp4(x)),
+        ("quantize_nf4", lambda x, q: nbquant.quantize_nf4(x)),
+        ("quantize_dynamic int8 per-row", lambda x, q: nbquant.quantize_dynamic(x, "int8", axis=0)),
+        ("quantize_dynamic uint4 g128 packed", lambda x, q: nbquant.quantize_dynamic(
+            x, "uint4", block_size=(1, 128), mapping="asymmetric", packed=True)),
+        ("reduce_amax per-tensor", lambda x, q: nbquant.reduce_amax(x)),
     ]
 
 
-def _time(cuda, fn, repeat: int) -> float:
-    """Median seconds of ``repeat`` calls of ``fn`` timed with CUDA events, after one untimed call."""
-    start, stop = cuda.event(), cuda.event()
+def _timed(cuda, fn: Callable[[], object]) -> float:
+    """Seconds of one call of ``fn`` to its end on the GPU."""
+    t0 = time.perf_counter()
     fn()
     cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cuda.event_elapsed_time(start, stop) / 1e3)
-    return statistics.median(times)
+    return time.perf_counter() - t0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; see the module docstring."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cuda", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="24,28", help="log2 of the element counts")
-    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=200, help="small calls per family (median reported)")
     args = parser.parse_args(argv)
     from numba import cuda
     from numba.cuda.core import config
@@ -77,23 +77,35 @@ def main(argv: list[str] | None = None) -> int:
     if config.ENABLE_CUDASIM or not cuda.is_available():
         print("benchmarks.cuda: needs a real CUDA GPU (not the simulator)", file=sys.stderr)
         return 1
+    import numba
+
     name = cuda.get_current_device().name
-    print(f"device: {name.decode() if isinstance(name, bytes) else name}")
-    print(f"{'case':<46} {'n':>6} {'kernel ms':>10} {'GB/s':>8} {'copy GB/s':>10} {'ratio':>6}")
+    print(f"device: {name.decode() if isinstance(name, bytes) else name}; numba {numba.__version__}; "
+          f"NUMBA_CACHE_DIR={numba.config.CACHE_DIR or '(default)'}")
+    rows, cols = 1024, 1024
     rng = np.random.default_rng(0)
-    for log2 in (int(s) for s in args.sizes.split(",")):
-        n = 1 << log2
-        base = rng.standard_normal(n, dtype=np.float32)
-        for label, dtype, read, written, run in _cases(n):
-            host = (rng.integers(-128, 128, n, dtype=np.int8) if dtype == np.int8 else
-                    rng.integers(0, 256, n // 2, dtype=np.uint8) if dtype == np.uint8 else base.astype(dtype))
-            d = cuda.to_device(host)
-            copy = cuda.device_array_like(d)
-            t = _time(cuda, lambda d=d, run=run: run(d), args.repeat)
-            t_copy = _time(cuda, lambda d=d, copy=copy: copy.copy_to_device(d), args.repeat)
-            gbs, copy_gbs = (read + written) / t / 1e9, 2 * d.nbytes / t_copy / 1e9
-            print(f"{label:<46} 2^{log2:<4} {t * 1e3:>10.3f} {gbs:>8.1f} {copy_gbs:>10.1f} {gbs / copy_gbs:>6.2f}")
-            del d, copy
+    x_big = rng.standard_normal((rows, cols), dtype=np.float32)
+    q_big = rng.integers(-128, 128, (rows, cols), dtype=np.int8)
+    x_small, q_small = x_big[:1, :], q_big[:1, :]  # 1024 elements
+    d_big, d_qbig = cuda.to_device(x_big), cuda.to_device(q_big)
+    d_small, d_qsmall = cuda.to_device(np.ascontiguousarray(x_small)), cuda.to_device(np.ascontiguousarray(q_small))
+    print(f"{'kernel family (1024 x 1024 float32, then 2^10)':<38} {'first s':>8} {'second ms':>10} "
+          f"{'dev 2^10 us':>12} {'host 2^10 us':>13}")
+    small_calls = dict(_families(1, cols))
+    for label, call in _families(rows, cols):
+        small = small_calls[label]
+        try:
+            first = _timed(cuda, lambda call=call: call(d_big, d_qbig))
+            second = _timed(cuda, lambda call=call: call(d_big, d_qbig))
+            small(d_small, d_qsmall)  # a 1-row layout may be another signature: compile it before timing
+            small(x_small, q_small)
+            cuda.synchronize()
+            dev = statistics.median(_timed(cuda, lambda s=small: s(d_small, d_qsmall)) for _ in range(args.repeat))
+            host = statistics.median(_timed(cuda, lambda s=small: s(x_small, q_small)) for _ in range(args.repeat))
+        except Exception as exc:  # noqa: BLE001 - report the family and go on
+            print(f"{label:<38} failed: {type(exc).__name__}: {exc}", flush=True)
+            continue
+        print(f"{label:<38} {first:>8.2f} {second * 1e3:>10.3f} {dev * 1e6:>12.1f} {host * 1e6:>13.1f}", flush=True)
     return 0
 
 

@@ -192,7 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for n in sizes:
         for case in cases:
             try:
-                rows.extend(runner(case, n, args.repeats))
+                done = runner(case, n, args.repeats)
+                rows.extend(done)
+                print("\n".join(format_table(done).splitlines()[2:]), flush=True)  # as it goes; the table follows
             except Exception as exc:  # noqa: BLE001 - report and go on with the other cases
                 print(f"{case.name} at {_pow2(n)}: skipped ({type(exc).__name__}: {exc})")
     machine = machine_info(commit)

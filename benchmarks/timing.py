@@ -138,13 +138,32 @@ def _to_device(p: Problem) -> Problem:
 
 
 def run_case_cuda(case: Case, n: int, repeats: int, seed: int = 0) -> list[Row]:
-    """Time nbquant's cuda backend on device arrays against a device copy of the same bytes.
+    """Time nbquant's cuda backend on device arrays against a device copy of the same bytes and torch on CUDA.
 
-    Arguments and result as :func:`run_case`, without the peers (they run on the CPU only).
+    Arguments and result as :func:`run_case`. The peers are the case's torch peers with their
+    tensors on the GPU (:func:`benchmarks.torch_peers.on_device`); NumPy and onnxruntime run
+    on the CPU only and are left out. Every call is timed to its end (``cuda.synchronize``).
     """
     from numba import cuda
 
+    from .torch_peers import on_device
+
     p = case.setup(n, np.random.default_rng(seed))
     dev = _to_device(p)
-    calls = {"nbquant": case.nbquant(dev, "cuda"), "roofline": cuda_roofline(p)}
-    return _rows(case.name, n, p.nbytes, interleaved(calls, repeats, cuda.synchronize))
+    nbq = case.nbquant(dev, "cuda")
+    torch_case = dataclasses.replace(case, peers=tuple(q for q in case.peers if "torch" in q.needs))
+    with on_device("cuda"):
+        peers, matches = _peer_calls(torch_case, p, nbq()) if _torch_cuda() else ({}, {})
+    calls = {"nbquant": nbq, "roofline": cuda_roofline(p), **peers}
+    return _rows(case.name, n, p.nbytes, interleaved(calls, repeats, cuda.synchronize), matches)
+
+
+def _torch_cuda() -> bool:
+    """Whether torch is installed with a usable CUDA device (the GPU peers)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()

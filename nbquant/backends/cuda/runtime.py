@@ -136,7 +136,9 @@ class CudaKernel:
         launched.add((self.name, sig))
         fn = self._compiled.get(sig)
         if fn is None:
-            fn = self._compiled[sig] = cuda.jit(sig)(self.fn)
+            # cache=True: the compiled kernel is kept on disk (NUMBA_CACHE_DIR, beside the cpu backend's), so a
+            # new process loads it instead of running NVVM again; the simulator has nothing to cache.
+            fn = self._compiled[sig] = cuda.jit(sig, cache=not _SIMULATOR)(self.fn)
         with warnings.catch_warnings():  # small inputs give small grids; Numba's occupancy warning is noise here
             warnings.simplefilter("ignore", NumbaPerformanceWarning)
             fn[grid, threads, stream](*args)
