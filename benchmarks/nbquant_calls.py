@@ -42,11 +42,19 @@ def nbq_mx_quantize(p: Problem, backend: str | None = None) -> Bench:
 
 
 def nbq_mx_dequantize(p: Problem, backend: str | None = None) -> Bench:
-    """``nbquant.dequantize_mx`` / ``dequantize_nvfp4`` into a fresh float32 array."""
+    """``nbquant.dequantize_mx`` / ``dequantize_nvfp4`` into a fresh float32 array.
+
+    The scales go where the codes are (a device copy with ``--device cuda``): both must be on one side.
+    """
     r, data, fmt = p.kwargs["block_formats"], p.src, p.kwargs["dtype"]
+    scales = r.scales
+    if hasattr(data, "copy_to_host"):
+        from numba import cuda
+
+        scales = cuda.to_device(scales)
     if fmt == "nvfp4":
-        return lambda: nbquant.dequantize_nvfp4(data, r.scales, r.global_scale, backend=backend)
-    return lambda: nbquant.dequantize_mx(data, r.scales, fmt, backend=backend)
+        return lambda: nbquant.dequantize_nvfp4(data, scales, r.global_scale, backend=backend)
+    return lambda: nbquant.dequantize_mx(data, scales, fmt, backend=backend)
 
 
 def nbq_quantize_dynamic(p: Problem, backend: str | None = None) -> Bench:

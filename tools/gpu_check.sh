@@ -36,7 +36,9 @@ phase() {  # phase NAME LIMIT_S CMD...: run CMD with a time limit, its output in
 }
 
 if ls .whl/*.whl >/dev/null 2>&1; then
-    wheels=$(ls .whl/numba_cuda-*.whl .whl/cuda_core-*.whl .whl/cuda_pathfinder-*.whl .whl/ml_dtypes-*.whl 2>/dev/null)
+    # numpy too: numba-cuda 0.30.4 needs a NumPy that still has np.row_stack (removed in 2.5)
+    wheels=$(ls .whl/numba_cuda-*.whl .whl/cuda_core-*.whl .whl/cuda_pathfinder-*.whl .whl/ml_dtypes-*.whl \
+        .whl/numpy-*.whl 2>/dev/null)
     llvm=$($PY -c "import importlib.metadata as m; print(m.version('llvmlite'))" 2>/dev/null)
     case $llvm in 0.50.*) wheels="$wheels $(ls .whl/numba-0.68*.whl 2>/dev/null)" ;; esac
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels \
@@ -98,7 +100,7 @@ for p in $PHASES; do
         # The cpu kernels of the benchmark's set-ups and the cpu conversion, compiled while the GPU tests run.
         (cd tests && nice -n 5 $PY _background.py warm >/tmp/nbquant-cpu-warm.log 2>&1) &
         phase tests "${TESTS_LIMIT:-210}" env NBQUANT_TEST_BACKENDS=cuda PYTHONPATH="$PWD/tests:$PYTHONPATH" \
-            $PY -m pytest tests -q -p _cudasim_plugin -p no:cacheprovider -n "${WORKERS:-12}" --tb=short -rfE \
+            $PY -m pytest tests -q -p _cudasim_plugin -p no:cacheprovider -n "${WORKERS:-14}" --tb=short -rfE -p no:benchmark \
             -W ignore::pytest.PytestUnknownMarkWarning --junitxml="$OUTD/tests.xml" -o addopts="" ;;
     latency)
         rm -rf /tmp/nbquant-cold-cache
@@ -106,7 +108,7 @@ for p in $PHASES; do
         phase latency 45 env NUMBA_CACHE_DIR=/tmp/nbquant-cold-cache $PY -m benchmarks.cuda --repeat 200 ;;
     ratio)
         wait
-        phase ratio "${RATIO_LIMIT:-200}" $PY -m benchmarks --device cuda --sizes 2^24,2^28 --repeats 10 \
+        phase ratio "${RATIO_LIMIT:-200}" $PY -m benchmarks --device cuda --sizes "${RATIO_SIZES:-2^24,2^28}" --repeats 10 \
             --cases "$FAMILIES" --json "$OUTD/bench-cuda.json" ;;
     convert) wait; phase convert "${CONVERT_LIMIT:-120}" bash -c convert_both ;;
     *) echo "unknown phase $p (env tests latency ratio convert)" >&2; exit 2 ;;
