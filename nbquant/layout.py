@@ -239,8 +239,10 @@ def canonical_views(layout: BlockLayout, data: list[np.ndarray], params: list[np
     sizes = [n for n, _ in dims]
     grids = [-(-n // b) for n, b in dims]
     groups = [k if isinstance(k, tuple) else (k, 1) for k in last_divisors]
-    views = [a.reshape(sizes[:-1] + [sizes[-1] // k * m]) for a, (k, m) in zip(data, groups, strict=True)]
-    pviews = [p.reshape(grids) for p in params]
+    # Shapes as tuples: numba's device reshape returns early only for a tuple equal to the shape (a list
+    # takes its general path, which refuses an unchanged shape: "operation requires copying").
+    views = [a.reshape((*sizes[:-1], sizes[-1] // k * m)) for a, (k, m) in zip(data, groups, strict=True)]
+    pviews = [p.reshape(tuple(grids)) for p in params]
     blocks = tuple(b for _, b in inner)
     if not lead:  # the usual case: one launch over the whole array
         yield views, pviews, blocks

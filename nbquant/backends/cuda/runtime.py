@@ -344,12 +344,53 @@ def check_device_out(out, shape: tuple[int, ...], dtype, inputs=()):
     return d
 
 
+def host_buffer(a) -> np.ndarray:
+    """``a`` as a host array that numba's driver copies as it is.
+
+    Two things a real GPU refuses and the simulator (NumPy-backed device arrays) does not:
+
+    * numba reads host memory through the buffer protocol, which has no format for ml_dtypes'
+      dtypes (``cannot include dtype 'E' in a buffer`` for bfloat16): those go as unsigned
+      integers of their size;
+    * a device array keeps the host array's strides, and NumPy calls an array with a size-1
+      dimension of stride 0 (a broadcast scale) C-contiguous; numba's device ``reshape`` then
+      "requires copying". Such an array is copied to NumPy's standard strides first.
+
+    Examples
+    --------
+    >>> import ml_dtypes, numpy as np
+    >>> b = host_buffer(np.broadcast_to(np.zeros(1, ml_dtypes.bfloat16), (1, 1, 1)))
+    >>> b.dtype, b.strides
+    (dtype('uint16'), (2, 2, 2))
+    """
+    h = np.ascontiguousarray(a)
+    if h.strides != _c_strides(h.shape, h.itemsize):
+        h = h.copy()
+    return h if h.dtype.isbuiltin == 1 else h.view(f"u{h.dtype.itemsize}")
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _as_plain(d):
+    """A device array viewed as :func:`host_buffer` views its host counterpart (same dtype for the driver)."""
+    return d if d.dtype.isbuiltin == 1 else d.view(np.dtype(f"u{d.dtype.itemsize}"))
+
+
 def to_device(a, stream=None):
     """``a`` on the device: a device array as it is, a host array copied (on ``stream``, else the current one)."""
     d = as_device_array(a)
     if d is not None:
         return d
-    return cuda.to_device(np.ascontiguousarray(a), stream=current_stream() if stream is None else stream)
+    h = host_buffer(a)
+    d = cuda.to_device(h, stream=current_stream() if stream is None else stream)
+    dtype = np.asarray(a).dtype
+    return d if d.dtype == dtype else d.view(dtype)
 
 
 def to_host(a) -> np.ndarray:
@@ -364,7 +405,7 @@ def device_float(x, stream):
     """``x`` (host or device) as a device kernel-float array: float16/bfloat16 as their bits."""
     d = as_device_array(x)
     if d is None:
-        return cuda.to_device(np.ascontiguousarray(kernel_float_view(np.asarray(x))), stream=stream)
+        return cuda.to_device(host_buffer(kernel_float_view(np.asarray(x))), stream=stream)
     return kernel_float_view(device_float_input(d))
 
 
@@ -384,6 +425,6 @@ def copy_back(pairs, stream) -> None:
     """Copy each ``(host result, device array)`` pair of a host result back, then synchronise once."""
     host = [(o, d) for o, d in pairs if not is_device_array(o)]
     for o, d in host:
-        d.copy_to_host(o, stream=stream)
+        _as_plain(d).copy_to_host(o if o.dtype.isbuiltin == 1 else o.view(f"u{o.dtype.itemsize}"), stream=stream)
     if host:
         stream.synchronize()

@@ -1,0 +1,94 @@
+"""Host <-> device copies of the cuda backend: what a real driver refuses and the simulator does not.
+
+The first GPU run (docs/cuda.md, "Checked on a GPU") failed 85 tests on two transfer rules that
+the simulator's NumPy-backed device arrays do not model: numba reads host memory through the
+buffer protocol, which cannot describe ml_dtypes' dtypes (``cannot include dtype 'E' in a
+buffer`` for every bfloat16 result), and a device array keeps its host array's strides, so a
+broadcast scale with stride-0 size-1 dimensions could not be reshaped ("operation requires
+copying"). Every copy goes through ``runtime.host_buffer``; these tests pin both rules without
+a GPU.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+runtime = pytest.importorskip("nbquant.backends.cuda.runtime", reason="numba-cuda is not installed")
+dummyarray = pytest.importorskip("numba.cuda.cudadrv.dummyarray")
+
+CUDA_PACKAGE = Path(__file__).resolve().parents[1] / "nbquant" / "backends" / "cuda"
+DTYPES = [np.float32, np.float64, np.float16, ml_dtypes.bfloat16, np.int8, np.uint8, np.uint16, np.int16,
+          np.int32, np.uint32, np.int64, ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.float8_e4m3fn,
+          ml_dtypes.float8_e5m2, ml_dtypes.float6_e2m3fn, ml_dtypes.float4_e2m1fn, ml_dtypes.float8_e8m0fnu]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_host_buffer_is_readable_through_the_buffer_protocol(dtype):
+    a = np.arange(6).astype(dtype).reshape(2, 3)
+    h = runtime.host_buffer(a)
+    memoryview(h)  # what numba's host_pointer asks for; raises for ml_dtypes' dtypes
+    assert h.dtype.itemsize == a.dtype.itemsize and h.shape == a.shape
+    np.testing.assert_array_equal(h.view(a.dtype).view(np.uint8), a.view(np.uint8))
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (1, 3, 1), (2, 1, 4), (1,)])
+def test_host_buffer_has_standard_strides(shape):
+    """A broadcast array (stride 0, which NumPy calls C-contiguous and numba does not) is copied to NumPy's strides."""
+    a = np.broadcast_to(np.float32(0.5), shape)
+    h = runtime.host_buffer(a)
+    assert h.strides == np.empty(shape, np.float32).strides
+    assert dummyarray.Array.from_desc(0, h.shape, h.strides, h.itemsize).is_c_contig
+
+
+class DeviceLike:
+    """NumPy data with numba's device ``reshape`` rule: no copy, and an unchanged shape only as an equal tuple."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.a = a
+        self.shape = a.shape
+
+    def reshape(self, *newshape):
+        if len(newshape) == 1 and isinstance(newshape[0], (tuple, list)):
+            newshape = newshape[0]
+        if newshape == self.shape:
+            return self
+        d = dummyarray.Array.from_desc(0, self.a.shape, self.a.strides, self.a.itemsize)
+        _, extents = d.reshape(*newshape)
+        if extents != [d.extent]:
+            raise NotImplementedError("operation requires copying")
+        return DeviceLike(self.a.reshape(newshape))
+
+
+@pytest.mark.parametrize(("shape", "block"), [((1, 1, 1), (1, 1, 1)), ((4, 6), (4, 6)), ((4, 6), (1, 6)),
+                                              ((4, 6), (4, 1)), ((4, 6), (2, 3)), ((3, 5, 7, 12), (1, 5, 1, 4)),
+                                              ((7,), (7,))])
+def test_canonical_views_reshape_device_arrays_without_a_copy(shape, block):
+    """The GPU's "operation requires copying" on per-tensor calls: canonical_views asked for an unchanged shape
+    as a list, which numba's device reshape does not recognise as unchanged."""
+    from nbquant.layout import BlockLayout, canonical_views
+
+    layout = BlockLayout(shape, block, "block_size")
+    x = DeviceLike(runtime.host_buffer(np.zeros(shape, np.float32)))
+    s = DeviceLike(runtime.host_buffer(np.ones(layout.grid, np.float32)))
+    for views, pviews, _ in canonical_views(layout, [x], [s], [1]):
+        assert len(views[0].shape) == len(pviews[0].shape) == 3
+
+
+def test_every_host_copy_goes_through_host_buffer():
+    """``cuda.to_device`` and ``copy_to_host`` into a given array appear only in runtime.py, behind host_buffer."""
+    offenders = []
+    for path in CUDA_PACKAGE.glob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        for m in re.finditer(r"cuda\.to_device\((?!host_buffer\()|\.copy_to_host\((?!stream=|\))", text):
+            line = text.count("\n", 0, m.start()) + 1
+            source = text.splitlines()[line - 1]
+            allowed = path.name == "runtime.py" and ("_as_plain(d).copy_to_host(" in source
+                                                     or "cuda.to_device(h," in source)
+            if not allowed:
+                offenders.append(f"{path.name}:{line}")
+    assert not offenders, f"host copies that bypass runtime.host_buffer: {offenders}"
