@@ -13,7 +13,10 @@ pays before the data moves, one row per kernel family:
 
 Usage::
 
-    python -m benchmarks.cuda [--repeat 200]
+    python -m benchmarks.cuda [--repeat 200] [--profile]
+
+``--profile`` then profiles (cProfile, top 25 by cumulative time) the small device call of the
+first family, where the fixed cost of a call on device arrays goes.
 
 Run it from the repository root, once with an empty ``NUMBA_CACHE_DIR`` (the cold compile) and
 once more with that cache filled (a new process's first call). Without a GPU it exits 1 with a
@@ -70,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; see the module docstring."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cuda", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=200, help="small calls per family (median reported)")
+    parser.add_argument("--profile", action="store_true", help="profile the small device call of the first family")
     args = parser.parse_args(argv)
     from numba import cuda
     from numba.cuda.core import config
@@ -106,7 +110,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label:<38} failed: {type(exc).__name__}: {exc}", flush=True)
             continue
         print(f"{label:<38} {first:>8.2f} {second * 1e3:>10.3f} {dev * 1e6:>12.1f} {host * 1e6:>13.1f}", flush=True)
+    if args.profile:
+        _profile(cuda, small_calls, d_small, d_qsmall, args.repeat)
     return 0
+
+
+def _profile(cuda, calls: dict[str, Callable], x, q, repeat: int) -> None:
+    """cProfile of ``repeat`` small device calls of the first family, the top 25 by cumulative time."""
+    import cProfile
+    import pstats
+
+    label, call = next(iter(calls.items()))
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(repeat):
+        call(x, q)
+        cuda.synchronize()
+    profiler.disable()
+    print(f"\nprofile: {repeat} calls of {label!r} on 2^10 elements on the device")
+    pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(25)
 
 
 if __name__ == "__main__":

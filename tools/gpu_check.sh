@@ -10,7 +10,8 @@
 #   tests    the backend suite on cuda (NBQUANT_TEST_BACKENDS=cuda: every test that uses the backend fixture,
 #            bit for bit against reference) + tests/test_cuda_simulator.py + the gpu-marked tests, pytest-xdist;
 #            a Numba cpu-cache warm-up runs beside it for the later phases;
-#   latency  python -m benchmarks.cuda with an empty NUMBA_CACHE_DIR (cold compile), then again (cache load);
+#   latency  python -m benchmarks.cuda with an empty NUMBA_CACHE_DIR (cold compile), then again (cache load)
+#            with a profile of the small call on device arrays;
 #   ratio    python -m benchmarks --device cuda at 2^24 and 2^28, the quantize and dequantize case of each kernel
 #            family, against a device-to-device copy of the same bytes and torch on CUDA;
 #   convert  nbquant convert of a 594 MiB bf16 checkpoint on the cpu and on cuda (NBQUANT_BACKEND=cuda):
@@ -105,7 +106,7 @@ for p in $PHASES; do
     latency)
         rm -rf /tmp/nbquant-cold-cache
         phase latency 60 env NUMBA_CACHE_DIR=/tmp/nbquant-cold-cache $PY -m benchmarks.cuda --repeat 200
-        phase latency 45 env NUMBA_CACHE_DIR=/tmp/nbquant-cold-cache $PY -m benchmarks.cuda --repeat 200 ;;
+        phase latency 45 env NUMBA_CACHE_DIR=/tmp/nbquant-cold-cache $PY -m benchmarks.cuda --repeat 200 --profile ;;
     ratio)
         wait
         phase ratio "${RATIO_LIMIT:-200}" $PY -m benchmarks --device cuda --sizes "${RATIO_SIZES:-2^24,2^28}" --repeats 10 \

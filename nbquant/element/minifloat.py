@@ -121,8 +121,14 @@ def decode_e8m0(code):
 
 @element_function
 def quantize_float_value(x, scale, scale_op, fp, saturate):
-    """``encode_fp(x / scale)`` (or ``x * scale``, see :func:`~nbquant.element.affine.scaled`)."""
-    return encode_fp(scaled(x, scale, scale_op), fp, saturate)
+    """``encode_fp(x / scale)`` (or ``x * scale``, see :func:`~nbquant.element.affine.scaled`).
+
+    A NaN ``x`` is encoded as itself: its sign picks the code (ml_dtypes' casts depend on it), and
+    a GPU's division returns a canonical positive NaN where x86 keeps the dividend's sign.
+    """
+    u = load_f32(x)
+    v = scaled(x, scale, scale_op)
+    return encode_fp(u if u != u else v, fp, saturate)
 
 
 @element_function

@@ -23,10 +23,11 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterable
 
+import ml_dtypes
 import numpy as np
 from numba import cuda, types
-from numba.core.errors import NumbaPerformanceWarning
 from numba.cuda.core import config as _cuda_config
+from numba.cuda.core.errors import NumbaPerformanceWarning  # the class numba-cuda's launch warns with
 from numba.np.numpy_support import from_dtype
 
 from ...validation import FLOAT_INPUT_DTYPES
@@ -251,11 +252,27 @@ def as_device_array(a):
     from cuda.core.utils import StridedMemoryView  # DLPack-only producers (e.g. JAX)
 
     view = StridedMemoryView.from_dlpack(a, stream_ptr=-1)
-    dtype = np.dtype(view.dtype)
+    dtype = dlpack_dtype(view.dtype)
     strides = None if view.strides is None else tuple(s * dtype.itemsize for s in view.strides)
     desc = {"shape": tuple(view.shape), "strides": strides, "typestr": dtype.str,
             "data": (int(view.ptr), bool(view.readonly)), "version": 3}
     return cuda.from_cuda_array_interface(desc, owner=a, sync=False)
+
+
+def dlpack_dtype(dtype) -> np.dtype:
+    """The NumPy dtype of a DLPack view's ``dtype``: bfloat16 (``kDLBfloat``, which cuda.core reports as
+    ``V2``, a 2-byte void: DLPack's only 16-bit type without a NumPy equivalent) as ml_dtypes' bfloat16.
+
+    Found on the GPU: torch CUDA bfloat16 tensors (no ``__cuda_array_interface__`` for bfloat16) were refused
+    as ``dtype |V2``.
+
+    Examples
+    --------
+    >>> dlpack_dtype(np.dtype("V2")), dlpack_dtype(np.dtype(np.float16))
+    (dtype(bfloat16), dtype('float16'))
+    """
+    d = np.dtype(dtype)
+    return np.dtype(ml_dtypes.bfloat16) if d.kind == "V" and d.itemsize == 2 else d
 
 
 def current_stream():

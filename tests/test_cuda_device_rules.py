@@ -1,12 +1,11 @@
-"""Host <-> device copies of the cuda backend: what a real driver refuses and the simulator does not.
+"""What a real GPU does that the CUDA simulator does not model, pinned without a GPU.
 
-The first GPU run (docs/cuda.md, "Checked on a GPU") failed 85 tests on two transfer rules that
-the simulator's NumPy-backed device arrays do not model: numba reads host memory through the
-buffer protocol, which cannot describe ml_dtypes' dtypes (``cannot include dtype 'E' in a
-buffer`` for every bfloat16 result), and a device array keeps its host array's strides, so a
-broadcast scale with stride-0 size-1 dimensions could not be reshaped ("operation requires
-copying"). Every copy goes through ``runtime.host_buffer``; these tests pin both rules without
-a GPU.
+The first GPU run (docs/cuda.md, "Checked on a GPU") failed on rules of numba's real device
+arrays and launches that the simulator's NumPy-backed arrays skip: numba reads host memory
+through the buffer protocol, which cannot describe ml_dtypes' dtypes (``cannot include dtype
+'E' in a buffer`` for every bfloat16 result); its device ``reshape`` takes an unchanged shape
+only as a tuple ("operation requires copying" on every per-tensor call); DLPack's bfloat16
+arrives as a 2-byte void; and numba-cuda warns about small grids with its own warning class.
 """
 
 from __future__ import annotations
@@ -92,3 +91,16 @@ def test_every_host_copy_goes_through_host_buffer():
             if not allowed:
                 offenders.append(f"{path.name}:{line}")
     assert not offenders, f"host copies that bypass runtime.host_buffer: {offenders}"
+
+
+def test_dlpack_bfloat16_is_read_as_bfloat16():
+    assert runtime.dlpack_dtype(np.dtype("V2")) == np.dtype(ml_dtypes.bfloat16)
+    assert runtime.dlpack_dtype(np.dtype(np.uint16)) == np.dtype(np.uint16)
+
+
+def test_launches_silence_the_occupancy_warning_numba_cuda_raises():
+    """numba-cuda warns about small grids with its own class; silencing numba's (another class) printed the
+    warning on every small call on the GPU."""
+    from numba.cuda.core import errors
+
+    assert runtime.NumbaPerformanceWarning is errors.NumbaPerformanceWarning
