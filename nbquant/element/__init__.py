@@ -91,6 +91,8 @@ from .minifloat import (
     encode_e8m0,
     encode_fp,
     encode_minifloat,
+    encode_product,
+    encode_quotient,
     float_value,
     quantize_float_value,
     scaled_minifloat_fake,
@@ -116,6 +118,7 @@ __all__ = [
     "histogram_bin", "key_f32", "load_f32", "minmax_keys", "mx_int8", "mx_inverse_scale",
     "mx_scale_code", "nf4_code", "nvfp4_block_scale", "order_key", "pack_byte_codes", "pack_field",
     "pack_nf4_pair", "pack_pair", "quantize_float_value", "quantize_value", "rint_f32", "scaled",
-    "scaled_minifloat_fake", "ste_value", "store_float", "unpack_byte_codes", "unpack_field", "pack_six_bit_codes",
+    "scaled_minifloat_fake", "encode_product", "encode_quotient", "ste_value", "store_float", "unpack_byte_codes",
+    "unpack_field", "pack_six_bit_codes",
     "pack_nf4_codes", "unpack_nf4_codes", "unpack_six_bit_codes",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..modes import Mapping
-from .bits import bits_f32, element_function, key_f32, load_f32, rint_f32, store_float
+from .bits import bits_f32, canonical_f32, element_function, key_f32, load_f32, rint_f32, store_float
 
 __all__ = [
     "AMAX_TINY",
@@ -197,17 +197,21 @@ def block_qparams(lo, hi, use_minmax, mapping, qmin, qmax, half_range, eps, zp_s
     else:
         mx = bits_f32(hi)
         mn = -mx
-    if mapping == Mapping.MODELOPT:
-        return amax_scales(mx, maxbound)[1], np.float32(0.0)
+    if mapping == Mapping.MODELOPT:  # an output: its NaN canonical (a GPU's division writes its own)
+        return canonical_f32(amax_scales(mx, maxbound)[1]), np.float32(0.0)
     return affine_qparams(mn, mx, mapping, qmin, qmax, half_range, eps, zp_sym)
 
 
 @element_function
 def amax_code(x, s, qmin, qmax):
-    """``clamp(rne(x * s), qmin, qmax)`` in float32; NaN propagates (torch.clamp keeps NaN)."""
+    """``clamp(rne(x * s), qmin, qmax)`` in float32; NaN stays NaN (torch.clamp keeps it), the canonical one.
+
+    The code is an output (``tensor_quant``), so its NaN is canonical: which NaN the multiply gives
+    depends on the hardware (x86 keeps an operand's, a GPU writes 0x7fffffff).
+    """
     v = rint_f32(load_f32(x) * np.float32(s))
     c = min(max(v, np.float32(qmin)), np.float32(qmax))
-    return v if v != v else c
+    return canonical_f32(v) if v != v else c
 
 
 @element_function

@@ -20,6 +20,7 @@ __all__ = [
     "rint_f32",
     "load_f32",
     "store_float",
+    "canonical_f32",
     "f32_bits",
     "bits_f32",
     "ashr32",
@@ -180,6 +181,12 @@ def load_f32(v):
 def store_float(v, like):
     """Encode a float32 value into the element type of ``like`` (see :func:`_from_f32`)."""
     return _from_f32(np.float32(v), like)
+
+
+@element_function
+def canonical_f32(v):
+    """``v`` as float32, a NaN as the canonical one (what every float output holds: see :func:`_from_f32`)."""
+    return _from_f32(np.float32(v), np.float32(0.0))
 
 
 @element_function

@@ -22,6 +22,8 @@ __all__ = [
     "encode_fp",
     "decode_fp",
     "quantize_float_value",
+    "encode_product",
+    "encode_quotient",
     "float_value",
     "e4m3_scales",
     "scaled_minifloat_fake",
@@ -129,6 +131,26 @@ def quantize_float_value(x, scale, scale_op, fp, saturate):
     u = load_f32(x)
     v = scaled(x, scale, scale_op)
     return encode_fp(u if u != u else v, fp, saturate)
+
+
+@element_function
+def encode_product(x, factor, fp):
+    """Saturating ``encode_fp(x * factor)`` of an input element ``x`` (MX); a NaN ``x`` encoded as itself.
+
+    The sign of a NaN picks its code in the formats without NaN (ml_dtypes' casts), and a GPU's
+    multiply returns a positive canonical NaN where x86 keeps the operand's.
+    """
+    u = load_f32(x)
+    v = u * np.float32(factor)
+    return encode_fp(u if u != u else v, fp, True)
+
+
+@element_function
+def encode_quotient(x, divisor, fp):
+    """Saturating ``encode_fp(x / divisor)`` of an input element ``x`` (NVFP4); NaN as :func:`encode_product`."""
+    u = load_f32(x)
+    v = u / np.float32(divisor)
+    return encode_fp(u if u != u else v, fp, True)
 
 
 @element_function

@@ -21,7 +21,8 @@ from ...element import (
     decode_e8m0,
     decode_fp,
     element_function,
-    encode_fp,
+    encode_product,
+    encode_quotient,
     load_f32,
     mx_int8,
     mx_inverse_scale,
@@ -82,7 +83,7 @@ def mx_quantize_kernel(part, parts, x, block, emax, max_mantissa, round_up, fp, 
         if packed:
             bs = buffer[:xs.size]
             for i in range(bs.size):
-                bs[i] = encode_fp(load_f32(xs[i]) * fs[i], fp, True)
+                bs[i] = encode_product(xs[i], fs[i], fp)
             pack_byte_codes(words16, words32, codes[r, b0 * block // 2:b1 * block // 2], 4)
         elif is_int:
             os = codes[r, b0 * block:b1 * block]
@@ -91,7 +92,7 @@ def mx_quantize_kernel(part, parts, x, block, emax, max_mantissa, round_up, fp, 
         else:
             os = codes[r, b0 * block:b1 * block]
             for i in range(os.size):
-                os[i] = encode_fp(load_f32(xs[i]) * fs[i], fp, True)
+                os[i] = encode_product(xs[i], fs[i], fp)
 
 
 @cpu_kernel
@@ -164,7 +165,7 @@ def nvfp4_quantize_kernel(part, parts, x, block, global_scale, six_global, tile,
         ds = divisors[:xs.size]
         bs = buffer[:xs.size]
         for i in range(bs.size):
-            bs[i] = encode_fp(load_f32(xs[i]) / ds[i], E2M1, True)
+            bs[i] = encode_quotient(xs[i], ds[i], E2M1)
         pack_byte_codes(words16, words32, codes[r, b0 * block // 2:b1 * block // 2], 4)
 
 

@@ -76,8 +76,8 @@ def mx_quantize_kernel(x, block, emax, max_mantissa, round_up, fp, is_int, packe
             if packed:
                 j = c // _U2
                 while c < c1:
-                    cs[j] = element.pack_pair(element.encode_fp(element.load_f32(xs[c]) * inv, fp, True),
-                                      element.encode_fp(element.load_f32(xs[c + U1]) * inv, fp, True))
+                    cs[j] = element.pack_pair(element.encode_product(xs[c], inv, fp),
+                                              element.encode_product(xs[c + U1], inv, fp))
                     j += U1
                     c += _U2
             elif is_int:
@@ -86,7 +86,7 @@ def mx_quantize_kernel(x, block, emax, max_mantissa, round_up, fp, is_int, packe
                     c += U1
             else:
                 while c < c1:
-                    cs[c] = element.encode_fp(element.load_f32(xs[c]) * inv, fp, True)
+                    cs[c] = element.encode_product(xs[c], inv, fp)
                     c += U1
             b += stride
         row += np.uint64(cuda.gridDim.y)
@@ -146,8 +146,8 @@ def nvfp4_quantize_kernel(x, block, global_scale, six_global, codes, scales):
             denom = element.decode_fp(code, element.E4M3) * global_scale
             j = c // _U2
             while c < c1:
-                cs[j] = element.pack_pair(element.encode_fp(element.load_f32(xs[c]) / denom, element.E2M1, True),
-                                  element.encode_fp(element.load_f32(xs[c + U1]) / denom, element.E2M1, True))
+                cs[j] = element.pack_pair(element.encode_quotient(xs[c], denom, element.E2M1),
+                                          element.encode_quotient(xs[c + U1], denom, element.E2M1))
                 j += U1
                 c += _U2
             b += stride

@@ -52,7 +52,8 @@ def qparams_from_minmax(mn: np.ndarray, mx: np.ndarray, spec) -> tuple[np.ndarra
     if spec.mapping == Mapping.MODELOPT:  # modelopt: S = maxbound / amax; 1 where amax <= 2**-24
         amax = np.maximum(np.abs(mn), np.abs(mx))
         s = np.float32(spec.maxbound) / amax
-        s = np.where(amax <= _AMAX_TINY, np.float32(1), s).astype(np.float32)
+        s = np.where(amax <= _AMAX_TINY, np.float32(1), s)
+        s = np.where(np.isnan(s), np.float32(np.nan), s).astype(np.float32)  # the canonical NaN of every output
         return s, np.zeros(s.shape, np.float32)
     min_neg = np.minimum(mn, zero)
     max_pos = np.maximum(mx, zero)
@@ -123,7 +124,7 @@ class DynamicOps:
             q = np.rint(v * np.where(tiny, np.float32(0), s))
             q = np.where(np.isnan(q), q, np.clip(q, np.float32(mspec.qmin), np.float32(mspec.qmax)))
             if codes is not None:
-                codes[...] = q
+                store_floats(codes, q.astype(np.float32))
             dq = q / np.where(tiny, np.float32(1), s)
         store_floats(out, dq.astype(np.float32))
 
