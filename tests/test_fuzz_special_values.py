@@ -4,7 +4,7 @@ reference backend's bits on every compiled backend — NaN outputs included (the
 Every NaN in a float output is also checked to be the canonical one on each backend, the reference included.
 Comparing with the reference alone could not see a NaN that merely flows through the arithmetic: on the CPU
 both sides propagate the planted payload alike, while a GPU writes its own NaN (0x7fffffff) — the first GPU
-run found 70 such outputs (docs/cuda.md, "Checked on a GPU").
+run found 67 such failures (docs/cuda.md, "Checked on a GPU").
 
 Arrays are small (at most 3 x 64) so the module also runs under the CUDA simulator
 (tests/test_cuda_simulator.py runs it in the default tier).
