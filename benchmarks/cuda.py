@@ -9,7 +9,9 @@ pays before the data moves, one row per kernel family:
 * ``second ms``: the next call (the same signature, now in memory);
 * ``dev 2^10 us``: the median of ``--repeat`` calls on 1024 elements already on the device,
   each to its end (``cuda.synchronize``): the launch overhead of a small call;
-* ``host 2^10 us``: the same with NumPy in and out (copies to and from the device included).
+* ``host 2^10 us``: the same with NumPy in and out on ``backend="cuda"`` (copies to and from the
+  device included);
+* ``cpu 2^10 us``: the same NumPy call on the cpu backend, for scale.
 
 Usage::
 
@@ -83,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     import numba
 
+    import nbquant
+
     name = cuda.get_current_device().name
     print(f"device: {name.decode() if isinstance(name, bytes) else name}; numba {numba.__version__}; "
           f"NUMBA_CACHE_DIR={numba.config.CACHE_DIR or '(default)'}")
@@ -94,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     d_big, d_qbig = cuda.to_device(x_big), cuda.to_device(q_big)
     d_small, d_qsmall = cuda.to_device(np.ascontiguousarray(x_small)), cuda.to_device(np.ascontiguousarray(q_small))
     print(f"{'kernel family (1024 x 1024 float32, then 2^10)':<38} {'first s':>8} {'second ms':>10} "
-          f"{'dev 2^10 us':>12} {'host 2^10 us':>13}")
+          f"{'dev 2^10 us':>12} {'host 2^10 us':>13} {'cpu 2^10 us':>12}")
     small_calls = dict(_families(1, cols))
     for label, call in _families(rows, cols):
         small = small_calls[label]
@@ -102,14 +106,19 @@ def main(argv: list[str] | None = None) -> int:
             first = _timed(cuda, lambda call=call: call(d_big, d_qbig))
             second = _timed(cuda, lambda call=call: call(d_big, d_qbig))
             small(d_small, d_qsmall)  # a 1-row layout may be another signature: compile it before timing
-            small(x_small, q_small)
-            cuda.synchronize()
-            dev = statistics.median(_timed(cuda, lambda s=small: s(d_small, d_qsmall)) for _ in range(args.repeat))
-            host = statistics.median(_timed(cuda, lambda s=small: s(x_small, q_small)) for _ in range(args.repeat))
+            with nbquant.use_backend("cuda"):
+                small(x_small, q_small)
+                cuda.synchronize()
+                dev = statistics.median(_timed(cuda, lambda s=small: s(d_small, d_qsmall)) for _ in range(args.repeat))
+                host = statistics.median(_timed(cuda, lambda s=small: s(x_small, q_small)) for _ in range(args.repeat))
+            with nbquant.use_backend("cpu"):
+                small(x_small, q_small)
+                cpu = statistics.median(_timed(cuda, lambda s=small: s(x_small, q_small)) for _ in range(args.repeat))
         except Exception as exc:  # noqa: BLE001 - report the family and go on
             print(f"{label:<38} failed: {type(exc).__name__}: {exc}", flush=True)
             continue
-        print(f"{label:<38} {first:>8.2f} {second * 1e3:>10.3f} {dev * 1e6:>12.1f} {host * 1e6:>13.1f}", flush=True)
+        print(f"{label:<38} {first:>8.2f} {second * 1e3:>10.3f} {dev * 1e6:>12.1f} {host * 1e6:>13.1f} "
+              f"{cpu * 1e6:>12.1f}", flush=True)
     if args.profile:
         _profile(cuda, small_calls, d_small, d_qsmall, args.repeat)
     return 0
