@@ -30,7 +30,32 @@ POOL_MIN_BYTES = 1 << 22
 _GRAIN = 1 << 20
 _lock = threading.Lock()
 _idle: dict[int, list[np.ndarray]] = {}
-_state = {"limit": int(os.environ.get("NBQUANT_OUTPUT_POOL_BYTES", 512 << 20)), "idle": 0}
+#: The environment variable of the pool's bound (read at the pool's first use; :func:`set_output_pool` overrides it).
+ENV_VAR = "NBQUANT_OUTPUT_POOL_BYTES"
+_DEFAULT_LIMIT = 512 << 20
+#: ``limit`` is None until the first use reads it from :data:`ENV_VAR`.
+_state: dict[str, int | None] = {"limit": None, "idle": 0}
+
+
+def _limit() -> int:
+    """The bound in force: the last :func:`set_output_pool`'s, else :data:`ENV_VAR`'s, else 512 MiB.
+
+    A bad value raises here, where the pool is used, naming the variable, the value and what
+    is allowed (as ``NBQUANT_NUM_THREADS`` does): ``import nbquant`` never fails on it, and it
+    is never silently replaced by the default, which would hide a typo in a deployment.
+    """
+    limit = _state["limit"]
+    if limit is None:
+        text = os.environ.get(ENV_VAR, "").strip()
+        try:
+            limit = int(text) if text else _DEFAULT_LIMIT
+        except ValueError:
+            limit = -1
+        if limit < 0:
+            raise ValueError(f"{ENV_VAR}={text!r}: expected a byte count >= 0 (0 turns the output pool off), "
+                             f"e.g. {ENV_VAR}={_DEFAULT_LIMIT}")
+        _state["limit"] = limit
+    return limit
 
 
 def output_pool_bytes() -> tuple[int, int]:
@@ -41,6 +66,11 @@ def output_pool_bytes() -> tuple[int, int]:
     tuple of int
         The bound in bytes (0: no pooling) and the idle bytes held.
 
+    Raises
+    ------
+    ValueError
+        If the bound comes from ``NBQUANT_OUTPUT_POOL_BYTES`` and that is not a byte count.
+
     Examples
     --------
     >>> import nbquant
@@ -49,7 +79,7 @@ def output_pool_bytes() -> tuple[int, int]:
     True
     """
     with _lock:
-        return _state["limit"], _state["idle"]
+        return _limit(), _state["idle"]
 
 
 def set_output_pool(max_bytes: int) -> int:
@@ -66,6 +96,12 @@ def set_output_pool(max_bytes: int) -> int:
     int
         The previous bound.
 
+    Raises
+    ------
+    ValueError
+        If ``max_bytes`` is negative, or the previous bound comes from ``NBQUANT_OUTPUT_POOL_BYTES``
+        and that is not a byte count.
+
     Examples
     --------
     >>> import nbquant
@@ -78,7 +114,7 @@ def set_output_pool(max_bytes: int) -> int:
     limit = check_int("max_bytes", max_bytes, low=0)
     dropped = []
     with _lock:
-        previous, _state["limit"] = _state["limit"], limit
+        previous, _state["limit"] = _limit(), limit
         while _state["idle"] > limit:
             size = max(_idle)
             dropped.append(_idle[size].pop())
@@ -111,11 +147,17 @@ def host_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
     -------
     numpy.ndarray
         Writable and C-contiguous; large ones view a pooled buffer.
+
+    Raises
+    ------
+    ValueError
+        If ``NBQUANT_OUTPUT_POOL_BYTES`` is not a byte count (and :func:`set_output_pool` was not called).
     """
+    limit = _limit()  # first: a bad NBQUANT_OUTPUT_POOL_BYTES fails every call alike, not only large ones
     dtype = np.dtype(dtype)
     count = math.prod(shape)
     nbytes = count * dtype.itemsize
-    if nbytes < POOL_MIN_BYTES or nbytes > _state["limit"]:
+    if nbytes < POOL_MIN_BYTES or nbytes > limit:
         return np.empty(shape, dtype)
     size = -(-nbytes // _GRAIN) * _GRAIN
     owner = None

@@ -19,6 +19,7 @@ In a shell::
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import sys
@@ -225,8 +226,10 @@ def _add_convert_parser(sub) -> None:
         description="Quantize the Linear weights of a Hugging Face safetensors checkpoint with a compressed-tensors "
                     "preset scheme, writing what llm-compressor's model_free_ptq writes (the same bytes), without "
                     "torch, one tensor at a time. Prints a progress bar on stderr (when it is a terminal) and a "
-                    "table of the quantized weights (SQNR dB, max abs error on sampled rows). Exit status 1 with "
-                    "a one-line error naming the file or tensor on bad input.",
+                    "table of the quantized weights (SQNR dB, max abs error on sampled rows). Every argument is "
+                    "checked before anything is written. Exit status 1 with a one-line error naming the argument, "
+                    "file or tensor and what to do on bad input (2 for a malformed command line); on Ctrl-C, 130 "
+                    "and one line: the same command again resumes, keeping the shards already written.",
     )
     convert.add_argument("src", metavar="SRC", help="folder with config.json and *.safetensors shards")
     convert.add_argument("dst", metavar="DST", help="output folder (created; must be empty unless --overwrite)")
@@ -248,10 +251,38 @@ def _add_convert_parser(sub) -> None:
     convert.add_argument("--scheduler", metavar="ADDRESS",
                          help="a dask.distributed scheduler (tcp://host:8786): write the shards on its workers, which "
                               "share SRC and DST's filesystem (needs nbquant[dask]; see docs/convert.md)")
+    convert.error = functools.partial(_one_line_error, convert)
+
+
+#: ``convert()``'s parameters as the command line spells them (the others are ``--`` and their name).
+_SPELLING = {"src": "SRC", "dst": "DST"}
+
+
+def _spelled(error) -> str:
+    """The message of an :class:`~nbquant.convert.arguments.ArgumentError` with its argument spelled as a flag."""
+    text, name = str(error), error.argument
+    return _SPELLING.get(name, "--" + name) + text[len(name):] if text.startswith(name + " ") else text
+
+
+def _one_line_error(parser: argparse.ArgumentParser, message: str) -> None:
+    """argparse's error for ``nbquant convert``: one line on stderr (no usage), exit status 2."""
+    parser.exit(2, f"nbquant convert: error: {message} (see nbquant convert --help)\n")
 
 
 def _convert(args: argparse.Namespace) -> int:
+    """``nbquant convert``: 0, or 1 with one line on stderr, or 130 on Ctrl-C with one line saying how to resume."""
+    try:
+        return _run_convert(args)
+    except KeyboardInterrupt:
+        again = " without --overwrite" if args.overwrite else ""  # --overwrite starts clean
+        print(("\n" if sys.stderr.isatty() else "") +  # after the progress bar or the terminal's ^C
+              f"nbquant convert: interrupted; run the same command again{again} to resume", file=sys.stderr)
+        return 130
+
+
+def _run_convert(args: argparse.Namespace) -> int:
     from nbquant.convert import ConvertError, convert
+    from nbquant.convert.arguments import ArgumentError
     from nbquant.convert.report import format_table
 
     try:
@@ -260,7 +291,7 @@ def _convert(args: argparse.Namespace) -> int:
                          check=not args.quiet or args.report is not None, full_check=args.full_check,
                          scheduler=args.scheduler)
     except ConvertError as e:
-        print(f"nbquant convert: error: {e}", file=sys.stderr)
+        print(f"nbquant convert: error: {_spelled(e) if isinstance(e, ArgumentError) else e}", file=sys.stderr)
         return 1
     if not args.quiet:
         print(format_table(report))
@@ -343,7 +374,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     int
         0 on success; 1 if a backend's codes differ from the reference backend's; 2,
         with the reason on stderr, if a backend named with ``--backend`` cannot run here.
-        Bad arguments raise :class:`SystemExit` with status 2 and a message on stderr.
+        ``convert``: 1 with one line on stderr on a bad argument or input; 130 on Ctrl-C.
+        Bad arguments raise :class:`SystemExit` with status 2 and a message on stderr (one line
+        for ``convert``).
 
     Examples
     --------
@@ -354,7 +387,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     (0, 'check: the reference backend (NumPy) quantizes all 4 rows with the same scales; ...')
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _build_parser(backend_names=argv[:1] != ["convert"]).parse_args(argv)
+    parser = _build_parser(backend_names=argv[:1] != ["convert"])
+    if argv[:1] == ["convert"]:  # an unrecognized argument of convert is the top parser's error
+        parser.error = functools.partial(_one_line_error, parser)
+    args = parser.parse_args(argv)
     if args.command == "convert":
         return _convert(args)
     if args.command == "demo":

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._block_rows import empty_result
-from ._dask import any_dask_array, is_dask_array
+from ._dask import any_dask_array, check_known_chunks, is_dask_array
 from .backends import device_copy, device_float_input, host_array, is_device_array, resolve_backend
 from .block_formats import check_blocking
 from .formats import get_format
@@ -70,6 +70,8 @@ class NF4Quantized:
         if any_dask_array(self.scales, self.double_scales, self.scale_mean):
             from ._dask import engine
 
+            check_known_chunks(self.scales, "scales")
+            check_known_chunks(self.double_scales, "double_scales")
             layout = resolve_layout(tuple(self.scales.shape), 0, int(self.scales.size) // int(self.double_scales.size))
             return engine.map_layout(_scale_values, self.scales, layout, [engine.Output("data", np.dtype(np.float32))],
                                      params={"double_scales": self.double_scales}, arguments=False,
@@ -103,6 +105,8 @@ class NF4Quantized:
         if any_dask_array(self.data, self.scales, self.double_scales, self.scale_mean):
             from ._dask import engine
 
+            check_known_chunks(self.data, "data")
+            check_known_chunks(self.scales, "scales")
             flat = engine.map_layout(_dequantize_flat, self.data, resolve_layout((n,), 0, self.block_size),
                                      [engine.Output("data", spec.out_dtype)], params={"scales": self.block_scales()},
                                      pack=(2, 1), arguments=False, token="nbquant-nf4-dequantize",

@@ -25,8 +25,9 @@ def reduce_min_max(x: npt.ArrayLike, *, axis: int | None = None, block_size=None
     """``min(x)`` and ``max(x)`` per block (float32 host arrays of the block grid), in one pass.
 
     The blocks are given by ``axis``/``block_size`` as in :func:`nbquant.quantize`. A
-    block holding NaN gives a NaN (its sign and payload are not defined); ``-0.0`` orders
-    below ``+0.0``.
+    block holding a NaN (of either sign, any payload) has the canonical NaN (``numpy.nan``'s
+    bits) as both its minimum and its maximum, as ``numpy.min`` and ``numpy.max`` give;
+    ``-0.0`` orders below ``+0.0``.
 
     Parameters
     ----------
@@ -52,6 +53,8 @@ def reduce_min_max(x: npt.ArrayLike, *, axis: int | None = None, block_size=None
     >>> lo, hi = nbquant.reduce_min_max(np.array([[1.0, -3.0], [0.5, 2.0]], np.float32), axis=0)
     >>> lo.ravel().tolist(), hi.ravel().tolist()
     ([-3.0, 0.5], [1.0, 2.0])
+    >>> nbquant.reduce_min_max(np.array([1.0, -np.nan, 2.0], np.float32))
+    (array([nan], dtype=float32), array([nan], dtype=float32))
     """
     x = device_float_input(x)
     return _reduce_min_max(x, resolve_layout(tuple(x.shape), axis, block_size), backend)

@@ -7,7 +7,7 @@ import math
 import ml_dtypes
 import numpy as np
 
-from ._dask import is_dask_array
+from ._dask import check_known_chunks, is_dask_array
 from .formats import QuantFormat
 from .interop import as_host_array
 from .layout import BlockLayout, as_int, param_grid
@@ -49,9 +49,11 @@ def check_float_input(x, name: str = "x", *, lazy: bool = False) -> np.ndarray:
 
     ``x`` is read by :func:`nbquant.interop.as_host_array`: zero-copy for NumPy arrays,
     CPU torch tensors (bfloat16 included) and CPU DLPack objects. With ``lazy``, a dask
-    array is returned as it is, its dtype checked (its chunks are checked when computed).
+    array is returned as it is, its dtype and chunk sizes checked (its chunks' values are
+    checked when computed).
     """
     if lazy and is_dask_array(x):
+        check_known_chunks(x, name)
         _check_float_dtype(x.dtype, name)
         return x
     arr = as_host_array(x, name)
@@ -175,6 +177,7 @@ def check_scale(scale, layout: BlockLayout, name: str = "scale", *, lazy: bool =
     grid: its values are checked chunk by chunk, when computed, by this function.
     """
     if lazy and is_dask_array(scale):
+        check_known_chunks(scale, name)
         return param_grid(name, scale, layout)
     return np.ascontiguousarray(param_grid(name, check_finite(name, scale, positive=True), layout))
 
@@ -223,6 +226,7 @@ def check_zero_point(zero_point, layout: BlockLayout, fmt: QuantFormat, integral
     if zero_point is None:
         return None
     if lazy and is_dask_array(zero_point):
+        check_known_chunks(zero_point, "zero_point")
         return param_grid("zero_point", zero_point, layout)
     raw = check_finite("zero_point", zero_point)
     z = param_grid("zero_point", raw, layout)

@@ -371,8 +371,8 @@ def test_existing_destination_needs_overwrite(tmp_path):
     expect_error(d, tmp_path / "out", match="exists and is not empty; pass --overwrite")
     status, err = cli(d, tmp_path / "out", "--scheme", "W4A16")
     assert status == 1 and "--overwrite" in err
-    convert(d, tmp_path / "out", "W4A16", overwrite=True, progress=False)
-    assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
+    expect_error(d, tmp_path / "out", match="holds files no nbquant run wrote: notes.txt", overwrite=True)
+    assert (tmp_path / "out" / "notes.txt").read_text() == "mine"  # --overwrite removes only nbquant's files
     expect_error(d, d, match="the destination is the source folder", overwrite=True)
     expect_error(d, tmp_path / "c" / "sub", match="the destination is inside the source folder")
 

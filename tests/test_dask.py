@@ -183,3 +183,42 @@ def test_import_nbquant_does_not_import_dask():
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def _unknown_rows(a: np.ndarray, chunks) -> da.Array:
+    """``a`` as a dask array whose first dimension has unknown chunk sizes (boolean indexing, all rows kept)."""
+    return da.from_array(a, chunks=chunks)[da.from_array(np.ones(a.shape[0], bool), chunks=chunks[0])]
+
+
+_UNKNOWN = r" is a dask array of unknown chunk sizes \(shape \(nan[^)]*\), e\.g\. after boolean indexing\); call "
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_unknown_chunk_sizes_refused_naming_the_argument(name):
+    """Every call on ``x[mask]`` says to call ``x.compute_chunk_sizes()``, at call time; after it the call works."""
+    x = _unknown_rows(X, CHUNKS["aligned"])
+    with pytest.raises(ValueError, match=rf"^x{_UNKNOWN}x\.compute_chunk_sizes\(\) first"):
+        ALL[name](x)
+    arrays(ALL[name](x.compute_chunk_sizes()))
+
+
+def test_unknown_chunk_sizes_of_scales_codes_and_containers_named():
+    scale = np.full(96, 0.05, np.float32)
+    q = nbquant.quantize(X, scale, "int8", axis=1)
+    bq = nbquant.quantize_mx(X, "mxfp8_e4m3", axis=0, block_size=4)
+    nq = nbquant.quantize_nf4(X, block_size=32)
+    calls = {
+        "scale": lambda: nbquant.quantize(X, _unknown_rows(scale, (32,)), "int8", axis=1),
+        "zero_point": lambda: nbquant.quantize(X, scale, "uint8", axis=1,
+                                               zero_point=_unknown_rows(np.zeros(96, np.int32), (32,))),
+        "q": lambda: nbquant.dequantize(_unknown_rows(q, (4, 32)), scale, axis=1),
+        "data": lambda: nbquant.dequantize_mx(_unknown_rows(bq.data, (4, 32)), bq.scales, "mxfp8_e4m3", axis=0,
+                                              block_size=4),
+        "scales": lambda: nbquant.dequantize_mx(bq.data, _unknown_rows(bq.scales, (1, 32)), "mxfp8_e4m3", axis=0,
+                                                block_size=4),
+        "nf4 data": lambda: nbquant.NF4Quantized(_unknown_rows(nq.data, (64,)), nq.scales, nq.shape, 32).dequantize(),
+    }
+    for argument, call in calls.items():
+        name = argument.split()[-1]
+        with pytest.raises(ValueError, match=rf"^{name}{_UNKNOWN}{name}\.compute_chunk_sizes\(\) first"):
+            call()

@@ -163,3 +163,11 @@ def test_modelopt_fake_quant(backend, x, amax, unsigned, out_dtype):
                  unsigned=unsigned)
     same_on_both(backend, nbquant.scaled_e4m3, x, None if amax is None else np.float32(amax))
     same_on_both(backend, nbquant.reduce_amax, x, axis=0)
+
+
+@PROPERTY
+@given(x=planted(), layout=st.sampled_from([{}, {"axis": 0}, {"axis": 1}, {"block_size": (1, 32)},
+                                            {"axis": 1, "block_size": 24}]))
+def test_reduce_min_max(backend, x, layout):
+    lo, hi = same_on_both(backend, nbquant.reduce_min_max, x, **layout)
+    assert np.array_equal(np.isnan(lo), np.isnan(hi))  # a block holding NaN: NaN on both sides, whatever its sign

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import gc
+import os
+import re
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -84,3 +88,38 @@ def test_threads_get_distinct_correct_results():
 def test_bad_bound(bad):
     with pytest.raises((TypeError, ValueError), match="max_bytes"):
         nbquant.set_output_pool(bad)
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1.5", "512MiB"])
+def test_a_bad_pool_size_in_the_environment_is_named_where_the_pool_is_used(monkeypatch, value):
+    monkeypatch.setenv(_memory.ENV_VAR, value)
+    monkeypatch.setitem(_memory._state, "limit", None)  # as in a process that has not used the pool yet
+    message = rf"^NBQUANT_OUTPUT_POOL_BYTES='{re.escape(value)}': expected a byte count >= 0 \(0 turns the output "
+    for call in (nbquant.output_pool_bytes, lambda: nbquant.set_output_pool(0),
+                 lambda: nbquant.quantize(np.zeros(4, np.float32), 1.0, "int8")):
+        with pytest.raises(ValueError, match=message):
+            call()
+
+
+@pytest.mark.parametrize(("value", "limit"), [("", 512 << 20), (" 0 ", 0), ("1048576", 1 << 20)])
+def test_the_pool_size_from_the_environment(monkeypatch, value, limit):
+    monkeypatch.setenv(_memory.ENV_VAR, value)
+    monkeypatch.setitem(_memory._state, "limit", None)
+    assert nbquant.output_pool_bytes()[0] == limit
+
+
+@pytest.mark.parametrize(("variable", "message"), [
+    ("NBQUANT_OUTPUT_POOL_BYTES", "NBQUANT_OUTPUT_POOL_BYTES='abc': expected a byte count >= 0"),
+    ("NBQUANT_NUM_THREADS", "NBQUANT_NUM_THREADS='abc': expected a positive integer thread count"),
+    ("NBQUANT_BACKEND", "NBQUANT_BACKEND='abc' is not a backend"),
+])
+def test_a_bad_environment_value_never_breaks_import(variable, message):
+    """``import nbquant`` works whatever the environment; the first call that needs the value names it."""
+    code = ("import numpy as np, nbquant\n"
+            "try:\n"
+            "    nbquant.quantize(np.zeros(1 << 21, np.float32), 1.0, 'int8')\n"
+            "except ValueError as error:\n"
+            "    print(error)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, variable: "abc"}, capture_output=True,
+                          text=True, timeout=300, check=True)
+    assert proc.stdout.startswith(message) and proc.stdout.count("\n") == 1, proc.stdout

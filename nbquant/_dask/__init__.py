@@ -8,7 +8,9 @@ their own NumPy implementation to :mod:`nbquant._dask.engine` (which imports das
 
 from __future__ import annotations
 
-__all__ = ["is_dask_array", "any_dask_array", "packed_format"]
+import math
+
+__all__ = ["is_dask_array", "any_dask_array", "check_known_chunks", "packed_format"]
 
 
 def is_dask_array(x) -> bool:
@@ -33,6 +35,23 @@ def any_dask_array(*values) -> bool:
     False
     """
     return any(map(is_dask_array, values))
+
+
+def check_known_chunks(x, name: str) -> None:
+    """Refuse a dask array whose chunk sizes are unknown, with a ValueError naming the argument ``name``.
+
+    A value-dependent operation (boolean indexing such as ``x[x > 0]``) leaves a dask array's
+    chunk sizes unknown (NaN); nbquant needs them to align the chunks to its blocks, so every
+    front door checks its dask arguments here, at call time. Anything else passes.
+
+    Examples
+    --------
+    >>> check_known_chunks([1.0, 2.0], "x")  # not a dask array: nothing to check
+    """
+    if is_dask_array(x) and any(math.isnan(c) for sizes in x.chunks for c in sizes):
+        raise ValueError(f"{name} is a dask array of unknown chunk sizes (shape {x.shape}, e.g. after boolean "
+                         f"indexing); call {name}.compute_chunk_sizes() first: nbquant aligns the chunks to its "
+                         "blocks")
 
 
 def packed_format(q) -> str | None:

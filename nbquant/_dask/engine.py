@@ -96,15 +96,15 @@ class Output:
 
 
 def as_dask(a) -> da.Array:
-    """``a`` as a dask array of NumPy chunks with known sizes (a NumPy array becomes one chunk)."""
+    """``a`` as a dask array of NumPy chunks (a NumPy array becomes one chunk).
+
+    Its chunk sizes are known: the front doors refuse unknown ones (:func:`~nbquant._dask.check_known_chunks`).
+    """
     if not is_dask_array(a):
         return da.from_array(np.asarray(a), chunks=-1)
     if not isinstance(a._meta, np.ndarray):
         raise TypeError(f"a dask array of {type(a._meta).__name__} chunks was passed; nbquant quantizes dask arrays "
                         "of NumPy chunks (map CUDA chunks with map_blocks and the cuda backend instead)")
-    if any(math.isnan(c) for cs in a.chunks for c in cs):
-        raise ValueError(f"a dask array of unknown chunk sizes {a.chunks} was passed; call its compute_chunk_sizes() "
-                         "first (nbquant aligns the chunks to its blocks)")
     return a
 
 

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._dask import is_dask_array
+from .._dask import check_known_chunks, is_dask_array
 from ..interop import as_host_array
 from ._device import is_device_array, use_cuda_stream
 from ._warning import NumbaCacheWarning
@@ -222,8 +222,9 @@ def device_float_input(x, name: str = "x", *, lazy: bool = False):
 
 def device_code_input(q, name: str = "q", *, lazy: bool = False):
     """Return a zero-copy numba device array of CUDA codes ``q`` (host arrays: C-contiguous NumPy, read by
-    :func:`nbquant.interop.as_host_array`; with ``lazy``, a dask array as it is)."""
+    :func:`nbquant.interop.as_host_array`; with ``lazy``, a dask array of known chunk sizes as it is)."""
     if lazy and is_dask_array(q):
+        check_known_chunks(q, name)
         return q
     if is_device_array(q):
         return _cuda_backend().device_code_input(q, name)

@@ -69,8 +69,8 @@ class Backend(Protocol):
     def reduce_keys(self, x, spec: DynamicSpec) -> tuple[np.ndarray, np.ndarray]:
         """Per-block ``(lo, hi)`` int64 keys over ``spec.layout``'s grid, flat and row-major, on the host.
 
-        With ``spec.use_minmax`` the min and max :func:`~nbquant.element.order_key`;
-        otherwise ``hi`` holds the absmax float32 bits and ``lo`` is unspecified.
+        With ``spec.use_minmax`` the min and max :func:`~nbquant.element.range_keys` keys (a block
+        holding NaN: NaN keys on both sides); otherwise ``hi`` holds the absmax float32 bits and ``lo`` is unspecified.
         """
 
     # --- dynamic quantization (nbquant.dynamic) -------------------------------------------------
@@ -107,12 +107,13 @@ OPERATIONS = tuple(name for name, value in vars(Backend).items() if callable(val
 
 
 def key_floats(keys) -> np.ndarray:
-    """The float32 values of :meth:`Backend.reduce_keys` order keys, bit for bit (``-0.0`` and NaN payloads kept).
+    """The float32 values of :meth:`Backend.reduce_keys` order keys, bit for bit (``-0.0`` kept); NaN the canonical one.
 
     Examples
     --------
-    >>> key_floats(np.array([-1, 0, 0x3F800000]))
-    array([-0.,  0.,  1.], dtype=float32)
+    >>> key_floats(np.array([-1, 0, 0x3F800000, -0x7FC00002]))
+    array([-0.,  0.,  1., nan], dtype=float32)
     """
     keys = np.asarray(keys, np.int64)
-    return np.where(keys >= 0, keys, (-keys - 1) | 0x80000000).astype(np.uint32).view(np.float32)
+    values = np.where(keys >= 0, keys, (-keys - 1) | 0x80000000).astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(values), np.float32(np.nan), values)

@@ -61,7 +61,7 @@ _E2M1_MAX, _E4M3_MAX = 6.0, 448.0
 
 def check_weight(name: str, dtype: np.dtype, shape: tuple[int, ...], scheme: Scheme) -> None:
     """Raise :class:`ConvertError` (naming ``name`` and the rule) if ``scheme`` cannot quantize this weight."""
-    if np.dtype(dtype) not in WEIGHT_DTYPES:
+    if not isinstance(dtype, np.dtype) or dtype not in WEIGHT_DTYPES:  # a str: a dtype NumPy has no type for
         raise ConvertError(f"tensor {name}: dtype {dtype} is not supported for {scheme.name} (weights must be "
                            "bfloat16, float16 or float32); exclude it with --ignore")
     if len(shape) != 2:
@@ -173,6 +173,8 @@ def _int_weight(x: np.ndarray, scheme: Scheme, name: str, buf=None) -> dict[str,
                 raise ConvertError(f"tensor {name} holds NaN or inf; a checkpoint to quantize must be finite")
             lo, hi = np.minimum(_in(h, lo), _in(h, 0)), np.maximum(_in(h, hi), _in(h, 0))
             s = ((hi - lo).astype(h) / _in(h, 2 ** b - 1)).astype(h)
+            if not np.isfinite(s).all():
+                raise _range_overflow(name, scheme, lo, hi, s)
             z = (_in(h, qmin) - (lo / s).astype(h)).astype(h).astype(np.float32)
             z = np.rint(np.clip(z, qmin, qmax))
             zp = np.where(np.isnan(z), 0, z).astype(np.float32)  # torch's int8 cast of NaN (0 / 0) gives 0
@@ -196,6 +198,19 @@ def _int_weight(x: np.ndarray, scheme: Scheme, name: str, buf=None) -> dict[str,
     if zp is not None:
         out["weight_zero_point"] = _pack_rows(zp, b)
     return out
+
+
+def _range_overflow(name: str, scheme: Scheme, lo: np.ndarray, hi: np.ndarray, s: np.ndarray) -> ConvertError:
+    """The error of an asymmetric weight whose range ``max - min`` overflows its scales' dtype (the weight's)."""
+    at = int(np.flatnonzero(~np.isfinite(s))[0])
+    row, group = divmod(at, s.size // s.shape[0])
+    g = scheme.group_size
+    cols = f", columns {group * g}-{(group + 1) * g - 1}" if scheme.strategy == "group" else ""
+    module = name.rpartition(".")[0] or name
+    return ConvertError(f"tensor {name}: row {row}{cols} spans {float(lo.flat[at]):g} to {float(hi.flat[at]):g}, "
+                        f"so its {scheme.name} scale (max - min) / {2 ** scheme.bits - 1} overflows "
+                        f"{WEIGHT_DTYPES[s.dtype]} (largest {float(ml_dtypes.finfo(s.dtype).max):g}); exclude it "
+                        f"with --ignore {module} (and --overwrite) or use a symmetric scheme such as W4A16")
 
 
 def _pack_rows(zp: np.ndarray, bits: int) -> np.ndarray:

@@ -1,7 +1,11 @@
 """What ``nbquant convert`` reads and writes, decided before any tensor is touched.
 
-* :func:`open_checkpoint`: the source folder, its shards (from ``*.safetensors.index.json``,
-  or every top-level ``*.safetensors`` without one), the headers, and the other files to copy.
+* :func:`open_checkpoint`: the source folder, its shards (the top-level files
+  ``*.safetensors.index.json`` names, or every top-level ``*.safetensors`` without one), the
+  headers, and the other files to copy (sub-folders included). The source is untrusted: a shard
+  name with a folder, ``..`` or an absolute path, a tensor of a shard the index leaves out, and
+  a symlink resolving outside the folder (:func:`trusted_roots`) are refused before any shard
+  is opened.
 * :func:`matches`: llm-compressor's choice of tensors to quantize (``match_quantizable_tensors``):
   every ``<module>.weight`` whose module name does not end with ``norm`` (the automatic ignore)
   and matches no ``--ignore`` entry (a module name, or ``re:<pattern>`` matched from the start
@@ -27,16 +31,17 @@ Examples
 
 from __future__ import annotations
 
-import json
 import os
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .safetensors import ConvertError, SafetensorsFile
+from .untrusted_json import UntrustedJSONError, loads
 
-__all__ = ["Checkpoint", "Item", "open_checkpoint", "matches", "skip_reason", "dependencies", "jobs", "fused_groups",
-           "items"]
+__all__ = ["Checkpoint", "Item", "open_checkpoint", "is_within", "trusted_roots", "matches", "skip_reason",
+           "dependencies", "jobs", "fused_groups", "items"]
 
 #: Primary weight pattern → its partners (llm-compressor's ``DEFAULT_FUSED_MAPPINGS``).
 FUSED_PARTNERS: dict[str, list[str]] = {
@@ -90,26 +95,97 @@ class Checkpoint:
         """The tensors' data bytes over all shards."""
         return sum(e.nbytes for f in self.shards.values() for e in f.entries.values())
 
+    @property
+    def roots(self) -> list[str]:
+        """The real folders the source reads from (:func:`trusted_roots`), the source folder first."""
+        return trusted_roots(self.root)
 
-def _walk(root: str) -> list[str]:
-    out = []
-    for folder, dirs, files in os.walk(root):
-        dirs.sort()
-        for f in sorted(files):
-            rel = os.path.relpath(os.path.join(folder, f), root)
-            if not rel.startswith(_SKIPPED_PATHS):
+
+def is_within(path: str, root: str) -> bool:
+    """Whether ``path`` is ``root`` or inside it (both absolute, with their symlinks resolved).
+
+    Examples
+    --------
+    >>> is_within("/a/b/c", "/a/b"), is_within("/a/bc", "/a/b"), is_within("/a/b", "/a/b")
+    (True, False, True)
+    """
+    return path == root or path.startswith(os.path.join(root, ""))
+
+
+def trusted_roots(src: str) -> list[str]:
+    """The real folders the files of ``src`` may resolve into, ``src`` itself (symlinks resolved) first.
+
+    A Hugging Face cache snapshot (``models--<org>--<name>/snapshots/<revision>``) holds symlinks
+    into the ``blobs`` folder beside ``snapshots``: that folder is the second root.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> trusted_roots(d) == [os.path.realpath(d)]
+    True
+    """
+    real = os.path.realpath(src)
+    snapshots = os.path.dirname(real)
+    blobs = os.path.join(os.path.dirname(snapshots), "blobs")
+    hub = os.path.basename(snapshots) == "snapshots" and \
+        os.path.basename(os.path.dirname(snapshots)).startswith("models--") and \
+        os.path.isdir(blobs) and not os.path.islink(blobs)
+    return [real, blobs] if hub else [real]
+
+
+def _walk(src: str, roots: list[str]) -> list[str]:
+    """Relative paths of the regular files under ``src``, symlinks followed only where they resolve into ``roots``.
+
+    A symlink resolving anywhere else, a symlink loop, a special file (pipe, socket, device) or
+    an unreadable entry raises :class:`ConvertError` naming it.
+    """
+    out: list[str] = []
+
+    def visit(rel_folder: str, ancestors: set[str]) -> None:
+        folder = os.path.join(src, rel_folder)
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError as e:
+            raise ConvertError(f"{folder}: cannot read: {e.strerror or e}") from None
+        for name in names:
+            rel = os.path.join(rel_folder, name) if rel_folder else name
+            if rel.startswith(_SKIPPED_PATHS):
+                continue
+            path = os.path.join(src, rel)
+            real = os.path.realpath(path)
+            if not any(is_within(real, root) for root in roots):
+                raise ConvertError(f"{path}: a symlink to {real}, outside the source folder; nbquant reads nothing "
+                                   "outside it: copy the file in or remove the link")
+            try:
+                mode = os.stat(real).st_mode
+            except OSError as e:
+                raise ConvertError(f"{path}: cannot read: {e.strerror or e}") from None
+            if stat.S_ISDIR(mode):
+                if real in ancestors:
+                    raise ConvertError(f"{path}: a symlink to {real}, a folder that contains it (a loop); remove "
+                                       "the link")
+                visit(rel, ancestors | {real})
+            elif stat.S_ISREG(mode):
                 out.append(rel)
+            else:
+                raise ConvertError(f"{path}: not a regular file (a pipe, socket or device); remove it")
+
+    visit("", {roots[0]})
     return out
 
 
 def _load_json(path: str) -> dict:
+    """The JSON object in file ``path`` (``config.json``, the index), or a one-line :class:`ConvertError`."""
     try:
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+            data = loads(f.read())
     except OSError as e:
         raise ConvertError(f"{path}: cannot read: {e.strerror or e}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConvertError(f"{path}: not valid JSON ({e})") from None
+    except UnicodeDecodeError as e:
+        raise ConvertError(f"{path}: not valid UTF-8 ({e}); fix or re-download the file") from None
+    except UntrustedJSONError as e:
+        raise ConvertError(f"{path}: {e}; fix or re-download the file") from None
     if not isinstance(data, dict):
         raise ConvertError(f"{path}: expected a JSON object")
     return data
@@ -118,26 +194,33 @@ def _load_json(path: str) -> dict:
 def open_checkpoint(src: str) -> Checkpoint:
     """Read the folder ``src``: its config, index and shard headers (no tensor data).
 
+    The shards are top-level ``*.safetensors`` files: those the index names (plain file names;
+    a folder, ``..`` or an absolute path is refused before anything is opened), or every one
+    without an index. Every other file, in sub-folders too, is copied as it is. Nothing outside
+    :func:`trusted_roots` is read: a symlink resolving elsewhere is refused.
+
     Raises :class:`ConvertError` with one line naming the file for a missing or unreadable
-    folder, a missing ``config.json``, no ``*.safetensors``, a damaged index or header, or an
-    index that names a missing shard or tensor.
+    folder, a missing ``config.json``, no ``*.safetensors``, a damaged index or header, an
+    index that names a missing shard or tensor or that leaves out a tensor of a shard, a
+    symlink out of the folder, a symlink loop or a special file.
     """
     if not os.path.isdir(src):
         raise ConvertError(f"{src}: no such directory" if not os.path.exists(src) else f"{src}: not a directory")
     if not os.access(src, os.R_OK | os.X_OK):
         raise ConvertError(f"{src}: cannot read the directory (permission denied)")
-    files = _walk(src)
-    if "config.json" not in files:
+    files = _walk(src, trusted_roots(src))
+    top = [f for f in files if os.sep not in f]
+    if "config.json" not in top:
         raise ConvertError(f"{os.path.join(src, 'config.json')}: missing; a Hugging Face checkpoint folder has "
                            "config.json beside its *.safetensors shards")
     config = _load_json(os.path.join(src, "config.json"))
     if "quantization_config" in config:
         raise ConvertError(f"{os.path.join(src, 'config.json')}: already has a quantization_config; convert an "
                            "unquantized checkpoint")
-    indexes = [f for f in files if f.endswith("safetensors.index.json")]
-    tensors_files = [f for f in files if f.endswith(".safetensors")]
+    indexes = [f for f in top if f.endswith("safetensors.index.json")]
+    tensors_files = [f for f in top if f.endswith(".safetensors")]
     if not tensors_files:
-        raise ConvertError(f"{src}: no *.safetensors files")
+        raise ConvertError(f"{src}: no *.safetensors files at its top level")
     if indexes:
         index_name = "model.safetensors.index.json" if "model.safetensors.index.json" in indexes else indexes[0]
         index_path = os.path.join(src, index_name)
@@ -146,7 +229,10 @@ def open_checkpoint(src: str) -> Checkpoint:
             raise ConvertError(f"{index_path}: no weight_map of tensor names to shard files")
         names = list(dict.fromkeys(weight_map.values()))
         for name in names:
-            if not os.path.isfile(os.path.join(src, name)):
+            if name not in tensors_files and not re.fullmatch(r"[^/\\:\0]+\.safetensors", name):
+                raise ConvertError(f"{index_path}: names the shard {name!r}, which is not a *.safetensors file name "
+                                   "at the top of the folder (no folder, '..' or absolute path); fix the index")
+            if name not in tensors_files:
                 raise ConvertError(f"{os.path.join(src, name)}: missing (named in {index_name})")
         for extra in sorted(set(tensors_files) - set(names)):
             raise ConvertError(f"{os.path.join(src, extra)}: not in {index_name}; remove it or add it to the index")
@@ -154,6 +240,12 @@ def open_checkpoint(src: str) -> Checkpoint:
         for tensor, shard in weight_map.items():
             if tensor not in shards[shard].entries:
                 raise ConvertError(f"{os.path.join(src, shard)}: has no tensor {tensor} (named in {index_name})")
+        for name, f in shards.items():
+            for tensor in f.entries:
+                if weight_map.get(tensor) != name:
+                    raise ConvertError(f"{os.path.join(src, name)}: tensor {tensor} is not in {index_name}" +
+                                       (f" (it names {weight_map[tensor]})" if tensor in weight_map else "") +
+                                       "; every tensor of a shard must be in the index's weight_map")
     else:
         index_name = "model.safetensors.index.json"
         shards = {name: SafetensorsFile(os.path.join(src, name)) for name in tensors_files}
@@ -163,7 +255,7 @@ def open_checkpoint(src: str) -> Checkpoint:
                 if tensor in weight_map:
                     raise ConvertError(f"{os.path.join(src, name)}: tensor {tensor} is also in {weight_map[tensor]}")
                 weight_map[tensor] = name
-    other = [f for f in files if not f.endswith(".safetensors") and f not in indexes and f != "config.json"]
+    other = [f for f in files if f not in tensors_files and f not in indexes and f != "config.json"]
     return Checkpoint(src, shards, weight_map, index_name, other, config)
 
 
@@ -294,11 +386,18 @@ class Item:
     expert: int | None = None
     rows: tuple[int, int] = (0, 0)
 
-    def offset(self, begin: int, itemsize: int, source_shape: tuple[int, ...]) -> int:
-        """Byte offset of the item's data in the file, given its source's ``begin`` offset and shape."""
+    def offset(self, begin: int, bits: int, source_shape: tuple[int, ...]) -> int:
+        """Byte offset of the item's data in the file, given its source's ``begin`` offset, bits per element and shape.
+
+        Bits, not bytes: the experts of a packed F4/F6 tensor are cut out of it only where they start on a byte.
+        """
         if self.expert is None:
             return begin
-        return begin + (self.expert * source_shape[1] + self.rows[0]) * source_shape[2] * itemsize
+        at = (self.expert * source_shape[1] + self.rows[0]) * source_shape[2] * bits
+        if at % 8:
+            raise ConvertError(f"tensor {self.source}: its experts' rows of {bits}-bit elements do not start on a "
+                               "byte, so they cannot be cut out of it; convert without splitting this tensor")
+        return begin + at // 8
 
 
 def items(name: str, shape: tuple[int, ...]) -> list[Item]:

@@ -4,9 +4,10 @@ The steps: read the source headers and plan every output shard (names, dtypes, s
 checking every weight against the scheme before anything is written; copy the other files;
 write each shard to a temporary name (each weight mapped, quantized and written, then
 dropped), sync it and rename it; then write the index and ``config.json``. A stamp file
-(``.nbquant-convert.json``) records the run while it is in progress: rerunning the same
-conversion keeps the shards already finished and redoes the rest; any other leftover in
-``dst`` needs ``overwrite=True``.
+(``.nbquant-convert.json``) records the run and every file it writes while it is in progress:
+rerunning the same conversion keeps the shards already finished and redoes the rest; any other
+leftover in ``dst`` needs ``overwrite=True``, which removes only what nbquant wrote there
+(:mod:`nbquant.convert.destination`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -26,16 +26,16 @@ import numpy as np
 import nbquant
 
 from .. import threads as threads_module
+from .arguments import check_arguments
+from .destination import STAMP, check_destination, copy_into, prepare_destination
 from .numerics import check_weight, dequantize_weight, global_scale, nvfp4_block_amax, output_entries, quantize_weight
 from .plan import Checkpoint, Item, fused_groups, items, jobs, open_checkpoint, skip_reason
 from .report import Progress, Report, TensorReport, sqnr_db
-from .safetensors import ConvertError, SafetensorsFile, ShardWriter, layout, sync_dir
-from .schemes import Scheme, get_scheme, quantization_config
+from .safetensors import BITS, ConvertError, SafetensorsFile, ShardWriter, layout, sync_dir
+from .schemes import Scheme, quantization_config
 
 __all__ = ["convert", "STAMP", "CHECK_ELEMENTS"]
 
-#: The file that marks a conversion in progress in the destination.
-STAMP = ".nbquant-convert.json"
 #: At most this many elements of each weight (whole rows, every k-th) are dequantized for the report.
 CHECK_ELEMENTS = 1 << 16
 
@@ -55,8 +55,7 @@ class ShardPlan:
 
     def nbytes(self, item: Item) -> int:
         """The source bytes of ``item``."""
-        return math.prod(item.shape) * self.entry(item).numpy_dtype.itemsize if self.entry(item).numpy_dtype \
-            else self.entry(item).nbytes
+        return math.prod(item.shape) * BITS[self.entry(item).dtype] // 8
 
 
 def _plan(ckpt: Checkpoint, scheme: Scheme, ignore: list[str]) -> dict[str, ShardPlan]:
@@ -89,37 +88,11 @@ def _plan(ckpt: Checkpoint, scheme: Scheme, ignore: list[str]) -> dict[str, Shar
 
 
 def _stamp(ckpt: Checkpoint, scheme_name: str, ignore: list[str]) -> dict:
+    """The run, as its stamp records it: source, scheme, ignore list, source shards and every file it writes."""
     sources = {name: [os.path.getsize(f.path), os.path.getmtime(f.path)] for name, f in ckpt.shards.items()}
-    return {"src": os.path.abspath(ckpt.root), "scheme": scheme_name, "ignore": ignore, "shards": sources}
-
-
-def _prepare_dst(dst: str, stamp: dict, overwrite: bool, outputs: Iterable[str]) -> bool:
-    """Make ``dst`` ready; True if it holds an unfinished run of this same conversion (resume)."""
-    if os.path.exists(dst) and not os.path.isdir(dst):
-        raise ConvertError(f"{dst}: exists and is not a directory")
-    os.makedirs(dst, exist_ok=True)
-    stamp_path = os.path.join(dst, STAMP)
-    existing = set(os.listdir(dst))
-    resume = False
-    if STAMP in existing and not overwrite:  # --overwrite starts clean even over an unfinished run
-        try:
-            with open(stamp_path, encoding="utf-8") as f:
-                resume = json.load(f) == json.loads(json.dumps(stamp))
-        except (OSError, ValueError):
-            resume = False
-    if existing and not resume and not overwrite:
-        raise ConvertError(f"{dst}: exists and is not empty; pass --overwrite (overwrite=True) to replace its "
-                           "checkpoint files")
-    for name in existing:
-        if name.endswith(".partial") or (not resume and (name in outputs or name.endswith(".safetensors"))):
-            path = os.path.join(dst, name)
-            if os.path.isfile(path):
-                os.unlink(path)
-    tmp = stamp_path + ".partial"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(stamp, f)
-    os.replace(tmp, stamp_path)
-    return resume
+    files = sorted({*ckpt.shards, ckpt.index_name, "config.json", *ckpt.other_files})
+    return {"src": os.path.abspath(ckpt.root), "scheme": scheme_name, "ignore": ignore, "shards": sources,
+            "files": files}
 
 
 def _write_text(path: str, text: str) -> None:
@@ -172,8 +145,7 @@ def _copy_kept(writer: ShardWriter, plan: ShardPlan, progress: Progress) -> None
     for item in plan.items:
         if item.name not in plan.quantized:
             f, e = plan.sources[item.source], plan.entry(item)
-            itemsize = e.numpy_dtype.itemsize if e.numpy_dtype is not None else 1
-            writer.copy(item.name, f.path, item.offset(e.begin, itemsize, e.shape))
+            writer.copy(item.name, f.path, item.offset(e.begin, BITS[e.dtype], e.shape))
             progress.update(plan.nbytes(item))
 
 
@@ -181,6 +153,11 @@ def _load(plan: ShardPlan, item: Item) -> np.ndarray:
     """The 2-D weight of ``item``, mapped from its file."""
     x = plan.sources[item.source].tensor(item.source)
     return x if item.expert is None else x[item.expert, item.rows[0]:item.rows[1]]
+
+
+def _in_file(plan: ShardPlan, item: Item, error: ConvertError) -> ConvertError:
+    """``error`` (about the weight ``item``, from the numerics) with the file the weight is read from in front."""
+    return ConvertError(f"{plan.sources[item.source].path}: {error}")
 
 
 def _quantize_shard(writer: ShardWriter, plan: ShardPlan, scheme: Scheme, report: Report, progress: Progress,
@@ -195,13 +172,21 @@ def _quantize_shard(writer: ShardWriter, plan: ShardPlan, scheme: Scheme, report
         by_name = {i.name: i for i in todo}
         for group in fused_groups(i.name for i in plan.items):
             members = [by_name[n] for n in group if n in by_name]
+            for i in members:
+                w = _load(plan, i)
+                try:
+                    amaxes[i.name] = nvfp4_block_amax(i.name, w)
+                except ConvertError as e:
+                    raise _in_file(plan, i, e) from None
             if members:
-                amaxes.update({i.name: nvfp4_block_amax(i.name, _load(plan, i)) for i in members})
                 gs = global_scale(max(float(amaxes[i.name].max()) for i in members), plan.entry(members[0]).numpy_dtype)
                 scales.update(dict.fromkeys((i.name for i in members), gs))
     for item in todo:
         x = _load(plan, item)
-        out = quantize_weight(x, scheme, scales.get(item.name), item.name, buffer, amaxes.pop(item.name, None))
+        try:
+            out = quantize_weight(x, scheme, scales.get(item.name), item.name, buffer, amaxes.pop(item.name, None))
+        except ConvertError as e:
+            raise _in_file(plan, item, e) from None
         for suffix, arr in out.items():
             writer.write(f"{plan.quantized[item.name]}.{suffix}", arr)
         report.quantized.append(_check(item.name, x, out, scheme, check[1]) if check[0] else
@@ -215,7 +200,7 @@ def convert(
     dst: str | os.PathLike,
     scheme: str,
     *,
-    ignore: Iterable[str] = (),
+    ignore: str | Iterable[str] = (),
     workers: int | None = None,
     report: str | os.PathLike | None = None,
     overwrite: bool = False,
@@ -242,9 +227,10 @@ def convert(
         A compressed-tensors preset: ``W4A16``, ``W4A16_ASYM``, ``W8A16``, ``W2A16``, ``W8A8``
         (``INT8``), ``W4A8`` ..., ``FP8_DYNAMIC``, ``FP8_BLOCK``, ``NVFP4A16``, ``MXFP4A16``,
         ``MXFP4``, ``MXFP8A16``, ``MXFP8`` (see :data:`nbquant.convert.schemes.SCHEMES`).
-    ignore : iterable of str
+    ignore : str or iterable of str
         Module names, or ``re:`` patterns matched from the start of the module name, to keep
-        unquantized (``["lm_head"]``). Modules whose name ends with ``norm`` are always kept.
+        unquantized (``["lm_head"]``); a single str is one pattern (``"lm_head"``). Modules whose
+        name ends with ``norm`` are always kept.
     workers : int, optional
         Threads of nbquant's cpu kernels during the conversion (:func:`nbquant.set_num_threads`,
         restored after); default: nbquant's setting (``NBQUANT_NUM_THREADS``, else every core).
@@ -253,8 +239,11 @@ def convert(
     report : path, optional
         Write the JSON report there.
     overwrite : bool
-        Replace the checkpoint files of a non-empty ``dst`` (else it is an error, unless ``dst``
-        holds an unfinished run of this same conversion, which is resumed).
+        Replace an earlier nbquant output in a non-empty ``dst`` (else it is an error, unless
+        ``dst`` holds an unfinished run of this same conversion, which is resumed). Only the files
+        nbquant wrote there are removed (those its stamp lists, or a finished output's
+        ``config.json``, index and shards), and those this run writes; ``dst`` holding any other
+        file is an error naming it.
     progress : bool, optional
         Draw a progress bar on stderr; default: when stderr is a terminal.
     check : bool
@@ -278,8 +267,18 @@ def convert(
 
     Raises
     ------
+    TypeError
+        An argument of the wrong type (one line naming it and the value).
+    ValueError
+        A bad argument value, as :class:`~nbquant.convert.arguments.ArgumentError` (also a
+        ``ConvertError``): one line naming the argument, the value and what is allowed. Every
+        argument is checked before anything is read or written.
     ConvertError
-        A bad input (one line naming the file or tensor); ``dst`` is left without partial shards.
+        A bad input (one line naming the file or tensor, and what to do); ``dst`` is left without
+        partial shards.
+    KeyboardInterrupt
+        Ctrl-C: the shards being written are deleted; the same call again resumes (unless
+        ``overwrite``), keeping the shards already finished.
 
     Examples
     --------
@@ -292,22 +291,18 @@ def convert(
     (8, ['config.json', 'generation_config.json'])
     """
     start = time.perf_counter()
-    src, dst = os.fspath(src), os.fspath(dst)
-    sch = get_scheme(scheme)
-    ignore = [str(i) for i in ignore]
+    src, dst, sch, ignore, report = check_arguments(
+        src, dst, scheme, ignore=ignore, workers=workers, report=report, overwrite=overwrite, progress=progress,
+        check=check, full_check=full_check, log=log, scheduler=scheduler)  # all of them, before anything is read
     ckpt = open_checkpoint(os.path.abspath(src) if scheduler else src)  # the workers' cwd is not ours
-    if os.path.abspath(dst) == os.path.abspath(src):
-        raise ConvertError(f"{dst}: the destination is the source folder")
-    if os.path.abspath(dst).startswith(os.path.join(os.path.abspath(src), "")):
-        raise ConvertError(f"{dst}: the destination is inside the source folder")
+    check_destination(dst, ckpt.roots)
     plans = _plan(ckpt, sch, ignore)
     dtypes = {plan.entry(i).numpy_dtype for plan in plans.values() for i in plan.items if i.name in plan.quantized}
     # Numba's import and cache load (~0.3 s) run while the files are prepared (on a cluster: in the workers)
     warm = _warm_up(sch, dtypes) if scheduler is None else None
-    outputs = set(plans) | {ckpt.index_name, "config.json"} | {f.split(os.sep)[0] for f in ckpt.other_files}
     requested = list(threads_module._requested)  # the thread count as set (or not) before this call
     try:
-        resume = _prepare_dst(dst, _stamp(ckpt, str(scheme), ignore), overwrite, outputs)
+        resume = prepare_destination(dst, _stamp(ckpt, str(scheme), ignore), overwrite)
         if workers is not None and scheduler is None:
             nbquant.set_num_threads(workers)
         cluster = None if scheduler is None else (scheduler, workers)
@@ -320,7 +315,11 @@ def convert(
         threads_module._requested[:] = requested
     rep.seconds = time.perf_counter() - start
     if report is not None:
-        rep.write(os.fspath(report))
+        try:
+            rep.write(report)
+        except OSError as e:
+            raise ConvertError(f"report {report}: cannot write: {e.strerror or e} (the checkpoint in {dst} is "
+                               "complete)") from None
     return rep
 
 
@@ -329,9 +328,7 @@ def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, ignore:
          warm: threading.Thread | None, cluster: tuple[str, int | None] | None = None) -> Report:
     rep = Report(sch.name, src, dst)
     for rel in ckpt.other_files:
-        target = os.path.join(dst, rel)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        shutil.copyfile(os.path.join(src, rel), target)
+        copy_into(dst, rel, os.path.join(src, rel))
     say(f"copied {len(ckpt.other_files)} file(s)")
     all_items = [(plan, item) for plan in plans.values() for item in plan.items]
     rep.skipped = [{"name": i.name, "reason": skip_reason(i.name, ignore)} for p, i in all_items

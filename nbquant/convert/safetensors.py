@@ -7,6 +7,15 @@ out as the Rust ``safetensors`` crate (0.8) does, so that its bytes equal ``safe
 tensors sorted by descending dtype (the crate's ``Dtype`` order) then by name, the header
 compact JSON in that order, padded with spaces to a multiple of 8 bytes.
 
+The reader accepts exactly the files the reference library accepts (the crate's ``read_metadata``
+and ``validate``; tests/test_parity_safetensors_reader.py), with one more refusal: a tensor name
+given twice, of which the library silently keeps the last. A header of at most 100 MB, of JSON
+as ``serde_json`` reads it (:mod:`nbquant.convert.untrusted_json`); each tensor a dtype of
+:data:`BITS`, a shape and two offsets of 64-bit sizes; in offset order, the tensors end to end
+from offset 0 to the end of the file, each exactly its shape's bytes, the bits counted without
+overflowing 64 bits. Anything else is a :class:`ConvertError` naming the file and the rule. A
+tensor kept whole is copied as bytes whatever its dtype (F4 and F6_* have no NumPy type here).
+
 Reading maps one tensor at a time (:meth:`SafetensorsFile.tensor`), so a process holds only
 the tensors it is working on. :class:`ShardWriter` writes to a temporary name in the
 destination folder, checks the free space first (a full disk fails at once), writes each
@@ -32,27 +41,41 @@ import json
 import math
 import os
 import struct
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
 
-__all__ = ["DTYPES", "ConvertError", "TensorEntry", "SafetensorsFile", "ShardWriter", "dtype_name", "layout"]
+from .untrusted_json import UntrustedJSONError, loads
 
-#: safetensors dtype names → NumPy dtypes, in the Rust crate's ``Dtype`` order (the sort key of the layout).
+__all__ = ["BITS", "DTYPES", "ConvertError", "TensorEntry", "SafetensorsFile", "ShardWriter", "dtype_name", "layout"]
+
+#: Every dtype of the Rust ``safetensors`` crate (0.8) → its width in bits, in the crate's ``Dtype`` order (the
+#: sort key of the layout). F4, F6_E2M3 and F6_E3M2 are packed: a tensor of them must fill whole bytes.
+BITS: dict[str, int] = {
+    "BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
+    "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32,
+    "F32": 32, "C64": 64, "F64": 64, "I64": 64, "U64": 64,
+}
+#: safetensors dtype names → NumPy dtypes: all but the packed ones, which are read and copied as bytes.
 DTYPES: dict[str, np.dtype] = {
     "BOOL": np.dtype(np.bool_), "U8": np.dtype(np.uint8), "I8": np.dtype(np.int8),
     "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2), "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
-    "F8_E8M0": np.dtype(ml_dtypes.float8_e8m0fnu), "I16": np.dtype(np.int16), "U16": np.dtype(np.uint16),
+    "F8_E8M0": np.dtype(ml_dtypes.float8_e8m0fnu), "F8_E4M3FNUZ": np.dtype(ml_dtypes.float8_e4m3fnuz),
+    "F8_E5M2FNUZ": np.dtype(ml_dtypes.float8_e5m2fnuz), "I16": np.dtype(np.int16), "U16": np.dtype(np.uint16),
     "F16": np.dtype(np.float16), "BF16": np.dtype(ml_dtypes.bfloat16), "I32": np.dtype(np.int32),
-    "U32": np.dtype(np.uint32), "F32": np.dtype(np.float32), "F64": np.dtype(np.float64),
-    "I64": np.dtype(np.int64), "U64": np.dtype(np.uint64),
+    "U32": np.dtype(np.uint32), "F32": np.dtype(np.float32), "C64": np.dtype(np.complex64),
+    "F64": np.dtype(np.float64), "I64": np.dtype(np.int64), "U64": np.dtype(np.uint64),
 }
-_ORDER = {name: i for i, name in enumerate(DTYPES)}
+_ORDER = {name: i for i, name in enumerate(BITS)}
 _NAMES = {dtype: name for name, dtype in DTYPES.items()}
 #: The Rust crate refuses headers larger than this.
 MAX_HEADER = 100_000_000
+#: The crate's ``usize``: shapes, offsets and sizes in bits must fit 64 bits.
+_USIZE_MAX = (1 << 64) - 1
+_FIELDS = ("dtype", "shape", "data_offsets")
 
 
 class ConvertError(Exception):
@@ -90,31 +113,108 @@ class TensorEntry:
 
     @property
     def numpy_dtype(self) -> np.dtype | None:
-        """The NumPy dtype, or None for a dtype this reader cannot map (it can still be copied)."""
+        """The NumPy dtype, or None for a packed F4, F6_E2M3 or F6_E3M2 (copied as bytes, never mapped)."""
         return DTYPES.get(self.dtype)
 
 
 def _damaged(path: str, why: str) -> ConvertError:
-    return ConvertError(f"{path}: damaged safetensors header: {why}")
+    return ConvertError(f"{path}: damaged safetensors header: {why} (re-download the file, or save it again with "
+                        "the safetensors library)")
 
 
-def _parse_entry(path: str, name: str, info, start: int, size: int) -> TensorEntry:
-    if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
-        raise _damaged(path, f"tensor {name!r} needs exactly dtype, shape and data_offsets")
-    dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
-    if not isinstance(dtype, str) or not isinstance(shape, list) or not isinstance(offsets, list):
-        raise _damaged(path, f"tensor {name!r} has a malformed dtype, shape or data_offsets")
-    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape + offsets) or \
-            len(offsets) != 2:
-        raise _damaged(path, f"tensor {name!r} has a malformed shape {shape} or data_offsets {offsets}")
-    begin, end = offsets
-    if not begin <= end <= size:
-        raise _damaged(path, f"tensor {name!r} has data_offsets {offsets} outside the {size} data bytes")
-    itemsize = DTYPES[dtype].itemsize if dtype in DTYPES else None
-    if itemsize is not None and math.prod(shape) * itemsize != end - begin:
-        raise _damaged(path, f"tensor {name!r} of dtype {dtype} and shape {shape} needs "
-                             f"{math.prod(shape) * itemsize} bytes, its data_offsets {offsets} give {end - begin}")
-    return TensorEntry(dtype, tuple(shape), start + begin, start + end)
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class _Repeated(dict):
+    """A JSON object that gives keys more than once (``repeated``): the last value of each is kept."""
+
+    __slots__ = ("repeated",)
+
+
+def _object(pairs: list[tuple[str, object]]) -> dict:
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    repeated = _Repeated(obj)
+    repeated.repeated = [k for k, n in Counter(k for k, _ in pairs).items() if n > 1]
+    return repeated
+
+
+def _repeated(obj: dict) -> list[str]:
+    """The keys a JSON object gives more than once."""
+    return obj.repeated if isinstance(obj, _Repeated) else []
+
+
+def _sizes(value: object) -> bool:
+    """Whether ``value`` is a list of the crate's ``usize`` (integers from 0 to 2**64 - 1)."""
+    return isinstance(value, list) and {int}.issuperset(map(type, value)) and \
+        0 <= min(value, default=0) and max(value, default=0) <= _USIZE_MAX
+
+
+def _dtype(value: object) -> str | None:
+    """A dtype name as the crate reads it (also written as a one-variant map, ``{"F32": null}``), or None."""
+    if isinstance(value, dict) and len(value) == 1 and not _repeated(value) and None in value.values():
+        value = next(iter(value))
+    return value if type(value) is str and value in BITS else None
+
+
+def _parse_entry(path: str, name: str, info: object) -> tuple[str, tuple[int, ...], int, int]:
+    """A tensor's dtype, shape and data offsets, read as the crate reads them: an object with the three keys
+    (others ignored), or a ``[dtype, shape, data_offsets]`` array."""
+    if isinstance(info, dict):
+        twice = [k for k in _repeated(info) if k in _FIELDS]
+        if twice:
+            raise _damaged(path, f"tensor {name!r} gives {twice[0]} twice")
+        if not info.keys() >= set(_FIELDS):
+            raise _damaged(path, f"tensor {name!r} has no {next(k for k in _FIELDS if k not in info)}")
+        info = [info["dtype"], info["shape"], info["data_offsets"]]
+    if not isinstance(info, list) or len(info) != 3:
+        raise _damaged(path, f"tensor {name!r} is not an object of dtype, shape and data_offsets: {_short(info)}")
+    dtype, shape, offsets = _dtype(info[0]), info[1], info[2]
+    if dtype is None:
+        raise _damaged(path, f"tensor {name!r} has dtype {_short(info[0])}, not a safetensors dtype "
+                             f"({', '.join(BITS)})")
+    if not _sizes(shape):
+        raise _damaged(path, f"tensor {name!r} has shape {_short(shape)}, not a list of integers from 0 to 2**64-1")
+    if not _sizes(offsets) or len(offsets) != 2:
+        raise _damaged(path, f"tensor {name!r} has data_offsets {_short(offsets)}, not two integers from 0 to "
+                             "2**64-1")
+    return dtype, tuple(shape), offsets[0], offsets[1]
+
+
+def _bits(shape: tuple[int, ...], dtype: str) -> int | None:
+    """The tensor's size in bits, or None past 2**64 - 1 (the crate multiplies in order, checking each step)."""
+    n = 1
+    for d in [*shape, BITS[dtype]]:
+        n *= d
+        if n > _USIZE_MAX:
+            return None
+    return n
+
+
+def _check_layout(path: str, tensors: list[tuple[str, str, tuple[int, ...], int, int]], data_size: int) -> None:
+    """The crate's ``validate``: in offset order, each tensor begins where the last ended (the first at 0) and
+    holds exactly its shape's bytes; the last ends at the end of the file."""
+    at = 0
+    for name, dtype, shape, begin, end in tensors:
+        if begin != at or end < begin:
+            raise _damaged(path, f"tensor {name!r} has data_offsets [{begin}, {end}]: it should begin at {at} "
+                                 "(tensors lie end to end from offset 0, without holes or overlaps)")
+        at = end
+        bits = _bits(shape, dtype)
+        if bits is None:
+            raise _damaged(path, f"tensor {name!r} of dtype {dtype} and shape {list(shape)} holds more than 2**64 "
+                                 "bits")
+        if bits % 8:
+            raise _damaged(path, f"tensor {name!r} of dtype {dtype} and shape {list(shape)} holds {bits} bits, not "
+                                 "whole bytes")
+        if bits // 8 != end - begin:
+            raise _damaged(path, f"tensor {name!r} of dtype {dtype} and shape {list(shape)} needs {bits // 8} bytes, "
+                                 f"its data_offsets [{begin}, {end}] give {end - begin}")
+    if at != data_size:
+        raise _damaged(path, f"the tensors end at data byte {at} but the file has {data_size} data bytes")
 
 
 class SafetensorsFile:
@@ -153,22 +253,38 @@ class SafetensorsFile:
                 if len(head) < 8:
                     raise _damaged(path, f"the file has {size} bytes, fewer than the 8 of the header length")
                 (n,) = struct.unpack("<Q", head)
-                if n > MAX_HEADER or n + 8 > size:
+                if n > MAX_HEADER:
+                    raise _damaged(path, f"header length {n} is over the {MAX_HEADER} bytes the safetensors "
+                                         "library reads")
+                if n + 8 > size:
                     raise _damaged(path, f"header length {n} does not fit the file's {size} bytes")
                 text = f.read(n)
         except OSError as e:
             raise ConvertError(f"{path}: cannot read: {e.strerror or e}") from None
         try:
-            header = json.loads(text.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise _damaged(path, f"not valid UTF-8 JSON ({e})") from None
+            header = loads(text.decode("utf-8"), strict=True, object_pairs_hook=_object)
+        except UnicodeDecodeError as e:
+            raise _damaged(path, f"not valid UTF-8 ({e})") from None
+        except UntrustedJSONError as e:
+            raise _damaged(path, str(e)) from None
         if not isinstance(header, dict):
             raise _damaged(path, "the header is not a JSON object")
-        self.metadata = header.pop("__metadata__", None)
+        if _repeated(header):
+            key = _repeated(header)[0]
+            raise _damaged(path, "it gives __metadata__ twice" if key == "__metadata__" else
+                           f"tensor {key!r} is given twice (the safetensors library keeps only the last)")
+        metadata = header.pop("__metadata__", None)
+        if metadata is not None and not (isinstance(metadata, dict) and all(isinstance(v, str) for v in
+                                                                             metadata.values())):
+            raise _damaged(path, f"__metadata__ is not a map of strings to strings: {_short(metadata)}")
+        self.metadata = None if metadata is None else dict(metadata)
         self.data_start = 8 + n
-        entries = [(name, _parse_entry(path, name, info, self.data_start, size - self.data_start))
-                   for name, info in header.items()]
-        self.entries: dict[str, TensorEntry] = dict(sorted(entries, key=lambda e: (e[1].begin, e[1].end)))
+        tensors = sorted(((name, *_parse_entry(path, name, info)) for name, info in header.items()),
+                         key=lambda t: (t[3], t[4]))
+        _check_layout(path, tensors, size - self.data_start)
+        self.entries: dict[str, TensorEntry] = {
+            name: TensorEntry(dtype, shape, self.data_start + begin, self.data_start + end)
+            for name, dtype, shape, begin, end in tensors}
 
     def tensor(self, name: str) -> np.ndarray:
         """The tensor ``name`` mapped from the file, copy-on-write (nothing is read until used; the file never changes).
@@ -181,7 +297,11 @@ class SafetensorsFile:
             raise ConvertError(f"{self.path}: tensor {name} has dtype {e.dtype}, which this reader cannot map to a "
                                f"NumPy array (supported: {', '.join(DTYPES)})")
         if e.nbytes == 0:
-            return np.zeros(e.shape, dtype)
+            try:
+                return np.zeros(e.shape, dtype)
+            except ValueError:  # an empty shape whose other dimensions NumPy cannot hold ([0, 2**32, 2**32])
+                raise ConvertError(f"{self.path}: tensor {name} has shape {list(e.shape)}, more than NumPy can "
+                                   "hold") from None
         try:
             return np.memmap(self.path, dtype=dtype, mode="c", offset=e.begin, shape=e.shape)
         except OSError as e:
@@ -204,7 +324,11 @@ def layout(entries: Iterable[tuple[str, str, tuple[int, ...]]],
     offsets: dict[str, tuple[int, int]] = {}
     at = 0
     for name, dtype, shape in ordered:
-        n = math.prod(shape) * DTYPES[dtype].itemsize
+        bits = math.prod(shape) * BITS[dtype]
+        if bits % 8:
+            raise ConvertError(f"tensor {name}: {math.prod(shape)} elements of {dtype} are {bits} bits, not whole "
+                               "bytes")
+        n = bits // 8
         obj[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [at, at + n]}
         offsets[name] = (at, at + n)
         at += n

@@ -68,6 +68,7 @@ from .bits import (
     load_f32,
     minmax_keys,
     order_key,
+    range_keys,
     rint_f32,
     store_float,
 )
@@ -116,7 +117,7 @@ __all__ = [
     "block_qparams", "code_bits", "code_value", "decode_e8m0", "decode_fp", "decode_minifloat", "dequantize_value",
     "e4m3_scales", "element_function", "encode_e8m0", "encode_fp", "encode_minifloat", "f32_bits", "float_value",
     "histogram_bin", "key_f32", "load_f32", "minmax_keys", "mx_int8", "mx_inverse_scale",
-    "mx_scale_code", "nf4_code", "nvfp4_block_scale", "order_key", "pack_byte_codes", "pack_field",
+    "mx_scale_code", "nf4_code", "nvfp4_block_scale", "order_key", "pack_byte_codes", "pack_field", "range_keys",
     "pack_nf4_pair", "pack_pair", "quantize_float_value", "quantize_value", "rint_f32", "scaled",
     "scaled_minifloat_fake", "encode_product", "encode_quotient", "ste_value", "store_float", "unpack_byte_codes",
     "unpack_field", "pack_six_bit_codes",

@@ -27,6 +27,7 @@ __all__ = [
     "shl32",
     "abs_bits",
     "order_key",
+    "range_keys",
     "key_f32",
     "absmax_bits",
     "minmax_keys",
@@ -232,6 +233,21 @@ def order_key(v):
 
 
 @element_function
+def range_keys(v):
+    """The keys of ``v`` for a block's minimum and for its maximum: ``(low, high)``, both :func:`order_key` ones.
+
+    Both are ``order_key(v)`` unless ``v`` is NaN, whatever its sign and payload: then ``low``
+    is the key of ``-|v|`` (below every non-NaN key) and ``high`` that of ``|v|`` (above), so the
+    min of the lows and the max of the highs of a block holding a NaN are both NaN, as
+    ``numpy.min`` and ``numpy.max`` give (with ``order_key`` alone the NaN's sign bit picks one side).
+    """
+    k = order_key(v)
+    a = abs_bits(v)
+    nan = a > np.int32(0x7F800000)
+    return (np.int32(~a) if nan else k), (a if nan else k)
+
+
+@element_function
 def key_f32(key):
     """The float32 of an :func:`order_key` (exact inverse)."""
     k = np.int64(key)
@@ -252,11 +268,14 @@ def absmax_bits(xs):
 
 @element_function
 def minmax_keys(xs):
-    """The smallest and largest :func:`order_key` of the slice ``xs`` (not empty), in int32 accumulators."""
+    """The smallest low and largest high :func:`range_keys` of the slice ``xs`` (not empty), in int32 accumulators.
+
+    A NaN anywhere in ``xs`` makes both keys NaN keys.
+    """
     lo = np.int32(0x7FFFFFFF)
     hi = np.int32(-0x80000000)
     for i in range(xs.size):
-        k = order_key(xs[i])
-        lo = np.int32(min(lo, k))
-        hi = np.int32(max(hi, k))
+        low, high = range_keys(xs[i])
+        lo = np.int32(min(lo, low))
+        hi = np.int32(max(hi, high))
     return lo, hi

@@ -3,7 +3,7 @@
 * :func:`dynamic_rows_kernel` is the fused one-pass kernel for blocks that lie
   inside one row (per-row, per-group, ONNX blocked along the last axis): it takes a
   row in L1-sized chunks of whole blocks, reduces each block (an int32 max over the
-  float bits, or min/max over :func:`~nbquant.element.order_key` keys — both
+  float bits, or min/max over :func:`~nbquant.element.range_keys` keys — both
   vectorize), computes the chunk's scales and zero points with
   :func:`~nbquant.element.block_qparams` in one loop, then quantizes the chunk
   while it is still in L1.
@@ -24,8 +24,8 @@ from ...element import (
     block_qparams,
     element_function,
     minmax_keys,
-    order_key,
     pack_byte_codes,
+    range_keys,
 )
 from ...layout import canonical_dims
 from ...modes import Mapping
@@ -43,7 +43,7 @@ _KEY_HI = np.int64(1 << 62)
 
 @element_function
 def _block_keys(xs, use_minmax):
-    """The reduced keys of one block: its min/max :func:`order_key` keys, or ``(0, absmax bits)``."""
+    """The reduced keys of one block: its min/max :func:`range_keys` keys, or ``(0, absmax bits)``."""
     if use_minmax:
         return minmax_keys(xs)
     return np.int32(0), absmax_bits(xs)
@@ -144,7 +144,7 @@ def dynamic_rows_kernel(part, parts, x, use_minmax, mapping, qmin, qmax, half_ra
 def block_reduce_kernel(part, parts, x, use_minmax, bp, br, bc, chunk, lo, hi):
     """Reduce ``x`` (P, R, C) over blocks (bp, br, bc) into key grids ``lo``/``hi`` (GP, GR, GC).
 
-    ``use_minmax``: min/max :func:`order_key` keys; else the absmax bits into ``hi``.
+    ``use_minmax``: min/max :func:`range_keys` keys; else the absmax bits into ``hi``.
     Work units own a block row and a chunk of ``chunk`` columns (a multiple of ``bc``).
     """
     P, R, C = x.shape
@@ -170,9 +170,9 @@ def block_reduce_kernel(part, parts, x, use_minmax, bp, br, bc, chunk, lo, hi):
                 if bc == 1:
                     if use_minmax:
                         for j in range(xs.size):
-                            key = order_key(xs[j])
-                            los[j] = min(los[j], key)
-                            his[j] = max(his[j], key)
+                            low, high = range_keys(xs[j])
+                            los[j] = min(los[j], low)
+                            his[j] = max(his[j], high)
                     else:
                         for j in range(xs.size):
                             his[j] = max(his[j], abs_bits(xs[j]))

@@ -3,7 +3,7 @@
 * :func:`dynamic_rows_kernel`: fused, for blocks that lie inside one row (per-row, per-group,
   ONNX blocked along the last axis). A *team* of :func:`~.runtime.team_size` threads (a power
   of two, at most a warp) takes one block: the lanes reduce it with coalesced strided reads
-  (min/max :func:`~nbquant.element.order_key` keys or the absmax bits), combine their keys
+  (min/max :func:`~nbquant.element.range_keys` keys or the absmax bits), combine their keys
   through shared memory (:func:`team_keys`), compute the scale and zero point
   (:func:`~nbquant.element.block_qparams`), then quantize the block (packed sub-byte codes low
   bits first), a byte or an element per lane at a time.
@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, types
 
-from ...element import abs_bits, block_qparams, code_bits, order_key, pack_field, quantize_value
+from ...element import abs_bits, block_qparams, code_bits, pack_field, quantize_value, range_keys
 from ...layout import canonical_dims
 from . import runtime
 from ._loops import U0, U1, thread_start
@@ -77,9 +77,9 @@ def fold_keys(xs, c, end, step, use_minmax, lo, hi):
     """``lo``/``hi`` folded with the keys of ``xs[c], xs[c + step], ...`` below ``end`` (min/max keys or absmax)."""
     if use_minmax:
         while c < end:
-            key = order_key(xs[c])
-            lo = min(lo, key)
-            hi = max(hi, key)
+            low, high = range_keys(xs[c])
+            lo = min(lo, low)
+            hi = max(hi, high)
             c += step
     else:
         while c < end:

@@ -37,9 +37,14 @@ def block_minmax(x, layout: BlockLayout) -> tuple[np.ndarray, np.ndarray]:
     return block_reduce(v, layout, np.minimum), block_reduce(v, layout, np.maximum)
 
 
-def _keys(v: np.ndarray) -> np.ndarray:
+def _min_max_keys(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Integer keys in float order for a block's min and max: any NaN is the lowest key of the one, the highest of the
+    other (so a block holding NaN has NaN as both, as numpy.min and numpy.max)."""
     bits = np.ascontiguousarray(v, np.float32).view(np.uint32).astype(np.int64)
-    return (bits & 0x7FFFFFFF) ^ -(bits >> 31)
+    magnitude = bits & 0x7FFFFFFF
+    keys = magnitude ^ -(bits >> 31)
+    nan = np.isnan(v)
+    return np.where(nan, -magnitude - 1, keys), np.where(nan, magnitude, keys)
 
 
 @np.errstate(divide="ignore", invalid="ignore", over="ignore")
@@ -88,9 +93,9 @@ class DynamicOps:
         """Flat ``(lo, hi)`` keys as the compiled reduction makes them (order keys, or absmax bits in ``hi``)."""
         v = _f32(x).reshape(spec.layout.shape)
         if spec.use_minmax:
-            k = _keys(v)
-            return (block_reduce(k, spec.layout, np.minimum).reshape(-1),
-                    block_reduce(k, spec.layout, np.maximum).reshape(-1))
+            low, high = _min_max_keys(v)
+            return (block_reduce(low, spec.layout, np.minimum).reshape(-1),
+                    block_reduce(high, spec.layout, np.maximum).reshape(-1))
         a = np.abs(v).view(np.uint32).astype(np.int64)
         hi = block_reduce(a, spec.layout, np.maximum).reshape(-1)
         return np.zeros_like(hi), hi
