@@ -155,7 +155,7 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(tmp_path)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
     proc = subprocess.Popen([sys.executable, "-m", "nbquant", "convert", *map(str, command)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 600  # a liveness guard, not a timing: the shard appears long before
     while not (dst.is_dir() and any(f.endswith(".safetensors") for f in os.listdir(dst))):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.002)
