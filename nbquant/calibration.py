@@ -346,15 +346,24 @@ def _uniform_edges(n: int, width: float) -> np.ndarray:
 
 
 def _first_edges(x_max: np.float32, n: int) -> np.ndarray:
-    """The first batch's edges: ``linspace(0, x_max, n + 1)`` in float32 (torch.linspace).
+    """The first batch's edges: float32 ``torch.linspace(0, x_max, n + 1)``, as torch computes them.
 
-    That needs a normal step ``x_max / n`` (it increases strictly then: each edge is off by at
-    most ``n * 2**-24`` steps, and ``n <= 2**20``). A zero or tiny ``x_max`` takes the step
-    rounded up to a whole number of subnormals (at least one) instead, and a top edge
+    torch rounds ``step = x_max / n`` to float32, computes the lower half of the edges
+    (``i < (n + 1) // 2``) as ``fl(step * i)`` and the upper half from the far end as
+    ``fl(x_max - step * (n - i))`` with one rounding (a fused multiply-add: torch's CPU kernel
+    on AVX2/AVX-512; the product is exact in float64 here, so the one rounding is the cast).
+    NumPy's float32 ``linspace`` rounds ``i * (x_max / n)`` from float64 instead, an ulp away
+    at some edges. That needs a normal step (the edges increase strictly then: each is off
+    by at most ``n * 2**-24`` steps, and ``n <= 2**20``). A zero or tiny ``x_max`` takes the
+    step rounded up to a whole number of subnormals (at least one) instead, and a top edge
     ``n * step >= x_max``.
     """
     if float(x_max) / n >= _F32_NORMAL:
-        return np.linspace(0, x_max, n + 1, dtype=np.float32)
+        step = np.float32(x_max) / np.float32(n)
+        half = (n + 1) // 2
+        lower = step * np.arange(half, dtype=np.float32)
+        upper = np.float64(x_max) - np.float64(step) * np.arange(n - half, -1, -1, dtype=np.float64)
+        return np.concatenate([lower, upper.astype(np.float32)])
     return _uniform_edges(n, _F32_TINY * max(1, math.ceil(float(x_max) / (n * _F32_TINY))))
 
 

@@ -95,8 +95,9 @@ def block_sizes_to_layout(shape: tuple[int, ...], block_sizes: dict) -> BlockLay
 
     String keys (``"type"``, ``"scale_bits"``, ``"scale_block_sizes"``) are ignored
     here. One blocked axis maps to ONNX blocking (a partial last block stands for
-    modelopt's zero padding, which cannot change an amax); several need blocks that
-    divide their dimensions.
+    modelopt's zero padding, which cannot change an amax); several map to tiles
+    (``block_size=(b0, b1, ...)``) and need blocks that divide their dimensions
+    (:func:`dynamic_block_quant` zero-pads to whole tiles first).
 
     Examples
     --------
@@ -105,6 +106,15 @@ def block_sizes_to_layout(shape: tuple[int, ...], block_sizes: dict) -> BlockLay
     >>> block_sizes_to_layout((4, 64), {-1: None}).grid
     (4, 1)
     """
+    axes = _block_axes(shape, block_sizes)
+    if len(axes) == 1:
+        (k, b), = axes.items()
+        return resolve_layout(shape, k, min(b, max(shape[k], 1)))
+    return resolve_layout(shape, None, tuple(axes.get(d, 1) for d in range(len(shape))))
+
+
+def _block_axes(shape: tuple[int, ...], block_sizes: dict) -> dict[int, int]:
+    """``{dim: block}`` of modelopt ``block_sizes``: dims non-negative, None the whole dim, string keys left out."""
     if not isinstance(block_sizes, dict):
         raise TypeError(f"block_sizes={block_sizes!r} must be a dict such as {{-1: 32}}")
     ndim = len(shape)
@@ -118,10 +128,7 @@ def block_sizes_to_layout(shape: tuple[int, ...], block_sizes: dict) -> BlockLay
         axes[kk % ndim] = shape[kk % ndim] if v is None else check_int(f"block_sizes[{k}]", v, low=1)
     if not axes:
         raise ValueError(f"block_sizes={block_sizes!r} names no axis; use e.g. {{-1: 32}}")
-    if len(axes) == 1:
-        (k, b), = axes.items()
-        return resolve_layout(shape, k, min(b, max(shape[k], 1)))
-    return resolve_layout(shape, None, tuple(axes.get(d, 1) for d in range(ndim)))
+    return axes
 
 
 def _layout(x: np.ndarray, amax, axis, block_size) -> BlockLayout:
@@ -362,7 +369,9 @@ def dynamic_block_quant(x: npt.ArrayLike, block_sizes: dict, num_bits: int | tup
     x : array_like
         float32, float16, bfloat16 or float64 input.
     block_sizes : dict
-        modelopt's ``{axis: block, "type": "dynamic"}``.
+        modelopt's ``{axis: block, "type": "dynamic"}``; blocks along several dims
+        (``{-2: B0, -1: B1}``) are tiles of a host input zero-padded to whole tiles, as
+        modelopt's static blocks pad (the padding cannot change an amax), cropped back.
     num_bits : int or (E, M)
         As in :func:`fake_tensor_quant`.
     unsigned, narrow_range : bool
@@ -382,6 +391,9 @@ def dynamic_block_quant(x: npt.ArrayLike, block_sizes: dict, num_bits: int | tup
     >>> nbquant.dynamic_block_quant(x, {-1: 2, "type": "dynamic"}, num_bits=4)
     array([[ 0.11428571, -0.2       ,  4.        ,  1.1428572 ]],
           dtype=float32)
+    >>> nbquant.dynamic_block_quant(np.float32([[0.1, 2.0, 0.3], [-1.0, 0.5, 1.0]]), {-2: 2, -1: 2}, num_bits=4)
+    array([[ 0.       ,  2.       ,  0.2857143],
+           [-1.1428572,  0.5714286,  1.       ]], dtype=float32)
     """
     x = device_float_input(x)
     if isinstance(block_sizes, dict) and "scale_bits" in block_sizes:
@@ -389,6 +401,14 @@ def dynamic_block_quant(x: npt.ArrayLike, block_sizes: dict, num_bits: int | tup
                          "(modelopt runs it on CUDA only, see docs/dynamic.md); use nbquant.quantize_nf4 (4-bit "
                          "with double quantization of the scales), nbquant.quantize_nvfp4 or nbquant.quantize_mx, "
                          "and .dequantize() for a fake-quantized tensor")
+    axes = _block_axes(tuple(x.shape), block_sizes)
+    pads = [(0, -n % axes[d] if len(axes) > 1 and d in axes else 0) for d, n in enumerate(x.shape)]
+    if any(p for _, p in pads):  # tiles that do not divide the input: modelopt's zero padding, then a crop
+        if is_device_array(x):
+            raise ValueError(f"block_sizes={block_sizes!r} does not tile a device input of shape {tuple(x.shape)}; "
+                             "pad it to whole tiles first, or pass a host array")
+        y = dynamic_block_quant(np.pad(x, pads), block_sizes, num_bits, unsigned, narrow_range, backend=backend)
+        return np.ascontiguousarray(y[tuple(slice(0, n) for n in x.shape)])
     layout = block_sizes_to_layout(tuple(x.shape), block_sizes)
     axis = layout.axis if layout.kind == "blocked" else None
     bs = layout.block[layout.axis] if layout.kind == "blocked" else layout.block

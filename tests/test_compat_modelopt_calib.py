@@ -57,3 +57,15 @@ def test_histogram_calibrator_is_the_native_one_with_modelopts_arguments():
     with pytest.raises(TypeError, match="torch_hist"):
         cmo.HistogramCalibrator(torch_hist="yes")
     assert cmo.HistogramCalibrator().compute_amax("entropy") is None
+
+
+def test_histogram_percentile_reads_torchs_float32_linspace_edges():
+    """modelopt's first edges are torch.linspace in float32: the upper half from the far end, rounded once.
+
+    The bit patterns are torch 2.13's; NumPy's float32 linspace is one ulp below at each of these edges.
+    """
+    cal = cmo.HistogramCalibrator(num_bins=3000)
+    cal.collect(np.float32([0.0, 0.0, 5970.0, -11923.436]))  # 5970 lands in bin 1502 of 3000
+    assert cal._native.bin_edges[[1502, 1509, 1513]].view(np.uint32).tolist() == [1169853782, 1169910760,
+                                                                                   1169943319]
+    assert cal.compute_amax("percentile", percentile=60).view(np.uint32) == 1169853782  # 5969.667

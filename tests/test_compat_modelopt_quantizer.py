@@ -50,6 +50,50 @@ def test_dynamic_integer_blocks_are_nbquants_dynamic_block_quant():
                                                                                       False, False))
 
 
+def test_static_tiles_are_nbquants_tiles_of_the_zero_padded_input():
+    x = np.random.default_rng(4).standard_normal((5, 7)).astype(np.float32)
+    tq = TensorQuantizer({"num_bits": 4, "block_sizes": {-2: 2, -1: 4}})
+    xp = np.pad(x, [(0, 1), (0, 1)])  # modelopt's zero padding to whole 2 x 4 tiles
+    want = nbquant.fake_tensor_quant(xp, None, 4, False, False, block_size=(2, 4))[:5, :7]
+    np.testing.assert_array_equal(tq(x), want)
+    assert tq.axis == (0, 2)  # modelopt's kept dims of its view (3, 2, 2, 4)
+    with pytest.raises(ValueError, match="Input shape has changed from"):
+        tq(x[:4])
+
+
+def test_static_tiles_calibrate_in_modelopts_amax_shape():
+    x = np.arange(30, dtype=np.float32).reshape(5, 6) - 14
+    tq = TensorQuantizer({"num_bits": 8, "block_sizes": {0: 4, 1: 4}})
+    tq.enable_calib()
+    tq(x)
+    tq.load_calib_amax()
+    tiles = np.abs(np.pad(x, [(0, 3), (0, 2)])).reshape(2, 4, 2, 4).max(axis=(1, 3), keepdims=True)
+    np.testing.assert_array_equal(tq.amax, tiles)
+    tq.disable_calib()
+    np.testing.assert_array_equal(tq(x), nbquant.fake_tensor_quant(np.pad(x, [(0, 3), (0, 2)]), tiles.reshape(2, 2),
+                                                                   8, False, False, block_size=(4, 4))[:5, :6])
+    tq.reset_amax()
+    tq.amax = 3.0  # one amax broadcasts to every tile, as in modelopt
+    np.testing.assert_array_equal(tq(x), fake_tensor_quant(x, np.float32(3.0), 8, False, False))
+    tq.reset_amax()
+    tq.amax = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match=r"needs an amax of shape \(2, 1, 2, 1\)"):
+        tq(x)
+
+
+def test_dynamic_block_quant_tiles_are_the_static_tiles_without_amax():
+    x = np.random.default_rng(5).standard_normal((3, 5, 7)).astype(np.float32)
+    block_sizes = {0: 2, -1: 3}  # padded to (4, 5, 9)
+    np.testing.assert_array_equal(nbquant.dynamic_block_quant(x, {**block_sizes, "type": "dynamic"}, 4, False, True),
+                                  TensorQuantizer({"num_bits": 4, "block_sizes": block_sizes, "narrow_range": True})(x))
+
+
+def test_block_sizes_all_none_are_per_channel():
+    tq = TensorQuantizer({"num_bits": 4, "block_sizes": {-1: None}})
+    np.testing.assert_array_equal(tq(X), TensorQuantizer({"num_bits": 4, "axis": 0})(X))
+    assert tq.axis == (0,) and tq.block_sizes is None
+
+
 def test_real_quantization_keeps_the_scales_and_dequantizes():
     tq = TensorQuantizer({"num_bits": 4, "block_sizes": {-1: 4}, "fake_quant": False})
     qt = tq(X)
@@ -74,7 +118,7 @@ def test_disable_enable_and_empty():
     ({"calibrator": "mse"}, ValueError, "calibrator='mse'"),
     ({"num_bits": 0}, ValueError, "num_bits must be > 0"),
     ({"num_bits": (5, 2)}, TypeError, "num_bits=\\(5, 2\\)"),
-    ({"block_sizes": {-1: 4, 0: 2}}, NotImplementedError, "last dim only"),
+    ({"block_sizes": {-3: 4}}, ValueError, "key -3 is out of range"),
 ])
 def test_bad_configs_are_named(cfg, error, match):
     with pytest.raises(error, match=match):

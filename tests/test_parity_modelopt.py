@@ -101,6 +101,39 @@ def test_histogram_calibrator_matches_modelopt(data, num_bins, skip_zeros, unsig
         assert ours._native.histogram.sum() == int(theirs._calib_hist.sum())
 
 
+_TAILS = {
+    "student-t 1": lambda rng, n: rng.standard_t(1, n),
+    "student-t 3": lambda rng, n: rng.standard_t(3, n),
+    "lognormal": lambda rng, n: rng.lognormal(0.0, 2.0, n),
+    "pareto": lambda rng, n: rng.pareto(1.5, n),
+    "normal": lambda rng, n: rng.standard_normal(n),
+}
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), tail=st.sampled_from(sorted(_TAILS)),
+       scale=st.sampled_from([1e-3, 0.37, 1.0, 7.3, 300.0, 1e5]), size=st.integers(1, 5000),
+       num_bins=st.sampled_from([2, 3, 16, 100, 255, 2048, 3001, 8192]), skip_zeros=st.booleans(),
+       percentiles=st.lists(st.floats(0, 100) | st.sampled_from([50.0, 99.0, 99.9, 99.99, 99.999, 100.0]),
+                            min_size=1, max_size=4))
+def test_histogram_percentile_matches_modelopt(seed, tail, scale, size, num_bins, skip_zeros, percentiles):
+    """The first batch's bin edges (torch.linspace in float32: the upper half from the far end, one rounding)
+    and the percentile amax read off them, over long-tailed data, many bin counts and percentiles."""
+    rng = np.random.default_rng(seed)
+    x = (_TAILS[tail](rng, size) * scale).astype(np.float32)
+    x[: size // 10] = 0.0
+    if not np.abs(x).max() > 0 or (skip_zeros and not x.any()):
+        return
+    theirs = HistogramCalibrator(8, None, False, num_bins=num_bins, skip_zeros=skip_zeros)
+    ours = cmo.HistogramCalibrator(8, None, False, num_bins=num_bins, skip_zeros=skip_zeros)
+    theirs.collect(_t(x))
+    ours.collect(x)
+    assert_same_bits(ours._native.bin_edges, theirs._calib_bin_edges.numpy())
+    for p in percentiles:
+        want = theirs.compute_amax("percentile", percentile=p)
+        assert_same_bits(ours.compute_amax("percentile", percentile=p), np.asarray(_n(want), np.float32))
+
+
 def test_tensor_quant_functions_match_modelopt():
     rng = np.random.default_rng(0)
     x = (rng.standard_normal((6, 33)) * 4).astype(np.float32)

@@ -144,7 +144,10 @@ class MaxCalibrator(_Calibrator):
 class HistogramCalibrator(_Calibrator):
     """Calibrate as modelopt's ``HistogramCalibrator``: a histogram of ``|x|``, then an amax from it.
 
-    The amax comes by entropy, MSE or percentile (:meth:`compute_amax`).
+    The amax comes by entropy, MSE or percentile (:meth:`compute_amax`). The first batch's
+    bin edges are modelopt's float32 ``torch.linspace(0, max, num_bins + 1)`` bit for bit
+    (the upper half computed from the far end), and the percentile is read off them as
+    modelopt does: ``cumsum(hist / total)`` in float64, then ``searchsorted``.
 
     Parameters
     ----------

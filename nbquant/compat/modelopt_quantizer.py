@@ -10,14 +10,20 @@ or from a dict of modelopt's ``QuantizerAttributeConfig`` fields (``num_bits``, 
   calibrator (``"max"`` or ``"histogram"``, :mod:`nbquant.compat.modelopt_calib`);
 * quantizing, fake: ``fake_tensor_quant`` (integers) or ``scaled_e4m3`` (``num_bits=(4, 3)``)
   with the stored ``amax``, or without one a dynamic ``amax`` over the dims not in ``axis``
-  (in the input's dtype); ``block_sizes={-1: B}`` quantizes blocks of the last dim (zero-
-  padded), ``"type": "dynamic"`` as modelopt's ``dynamic_block_quant``;
+  (in the input's dtype); static ``block_sizes`` quantize blocks (``{-1: B}``) or tiles along
+  several dims (``{-2: B0, -1: B1}``) of the input zero-padded to whole blocks, as
+  :func:`nbquant.fake_tensor_quant` with ``block_size=(B0, B1)``; block sizes
+  that are all None mean per-channel (``axis``: the other dims); ``"type": "dynamic"`` as
+  modelopt's ``dynamic_block_quant``;
 * quantizing, real (``fake_quant=False``): the matching real-quantization tensor of
   :mod:`nbquant.compat.modelopt_qtensor` (INT8, FP8, INT4, NF4, NVFP4, MXFP4), whose scales
   the quantizer keeps; calling the quantizer on that tensor dequantizes it.
 """
 
 from __future__ import annotations
+
+import math
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -26,7 +32,7 @@ from .. import modelopt_ops
 from ..validation import show
 from . import modelopt as _descriptors
 from . import modelopt_calib, modelopt_qtensor
-from ._qtensor_base import F32, axis_amax, input_array
+from ._qtensor_base import F32, axis_amax, input_array, pad
 
 __all__ = ["TensorQuantizer"]
 
@@ -64,6 +70,62 @@ def _fields(cfg) -> dict:
     return {**fields, "num_bits": nb, "axis": axis,
             "block_sizes": _descriptors._check_block_sizes(fields["block_sizes"], axis)}
 
+
+class _Tiles(NamedTuple):
+    """modelopt's static block setup for one input shape (``_setup_for_blockquant``) and nbquant's tiles.
+
+    modelopt zero-pads each blocked dim to a multiple of its block, reshapes the padded
+    input to ``view`` (one blocked dim of the last axis alone: rows ``(-1, B)``; else
+    ``(n / b, b)`` per blocked dim and ``n`` per other dim), takes the amax over the dims
+    of ``view`` not in ``kept`` (its new ``axis``), and crops the output back. The same
+    numbers are nbquant's ``block_size=tiles`` over the padded input, one amax per tile.
+    """
+
+    shape: tuple[int, ...]  # the input's shape: modelopt fixes it at the first call
+    blocks: dict[int, int]  # {dim: block} of the blocked dims, dims non-negative
+    padded: tuple[int, ...]
+    view: tuple[int, ...]
+    kept: tuple[int, ...]
+
+    @property
+    def tiles(self) -> tuple[int, ...]:
+        return tuple(self.blocks.get(d, 1) for d in range(len(self.shape)))
+
+    def amax_grid(self, amax: np.ndarray) -> np.ndarray:
+        """A stored amax (broadcasting against modelopt's amax shape over ``view``) as one value per tile."""
+        shape = tuple(n if d in self.kept else 1 for d, n in enumerate(self.view))
+        try:
+            a = np.broadcast_to(amax, shape)
+        except ValueError:
+            raise ValueError(f"amax of shape {amax.shape} does not fit the blocks of this quantizer: modelopt "
+                             f"reshapes the padded input to {self.view} and needs an amax of shape {shape} "
+                             "(or one that broadcasts to it)") from None
+        return a.reshape(tuple(p // t for p, t in zip(self.padded, self.tiles, strict=True)))
+
+
+def _tiles(shape: tuple[int, ...], block_sizes: dict) -> _Tiles:
+    """modelopt's ``_setup_for_blockquant`` for an input of ``shape`` (None block sizes: kept dims)."""
+    ndim = len(shape)
+    sizes = {k: v for k, v in block_sizes.items() if not isinstance(k, str)}
+    for k in sizes:
+        if not -ndim <= k < ndim:
+            raise ValueError(f"block_sizes key {k} is out of range for an input of {ndim} dimension(s)")
+    blocks = {}
+    for d in range(ndim):  # modelopt looks a dim up as d, else as d - ndim
+        b = sizes.get(d if d in sizes else d - ndim)
+        if b is not None:
+            blocks[d] = int(b)
+    padded = tuple(n + -n % blocks.get(d, 1) for d, n in enumerate(shape))
+    if len(sizes) == 1 and ndim - 1 in blocks:  # modelopt's fast path: rows of the last dim's block
+        b = blocks[ndim - 1]
+        return _Tiles(tuple(shape), blocks, padded, (math.prod(padded) // b, b), (0,))
+    view, kept = [], []
+    for d, n in enumerate(padded):
+        kept.append(len(view))
+        view += [n // blocks[d], blocks[d]] if d in blocks else [n]
+    return _Tiles(tuple(shape), blocks, padded, tuple(view), tuple(kept))
+
+
 class TensorQuantizer:
     """The ``TensorQuantizer`` of modelopt (``modelopt.torch.quantization.nn``) for NumPy arrays.
 
@@ -99,6 +161,7 @@ class TensorQuantizer:
         self._if_quant, self._if_calib = bool(if_quant), bool(if_calib)
         self._amax = None
         self._buffers: dict = {}
+        self._tiles: _Tiles | None = None
         self._calibrator = self._new_calibrator(self._axis)
         if amax is None and isinstance(quant_attribute_cfg, _descriptors.ScaledQuantDescriptor):
             amax = quant_attribute_cfg.amax
@@ -118,7 +181,7 @@ class TensorQuantizer:
 
     @property
     def axis(self):
-        """The kept dims of the amax (None: per tensor)."""
+        """The kept dims of the amax (None: per tensor); after a static block call, modelopt's dims of its view."""
         return self._axis
 
     @property
@@ -237,16 +300,16 @@ class TensorQuantizer:
         x = input_array(inputs)
         if x.size == 0 or self._disabled:
             return x
-        blocks = self._static_blocks()
+        if self._block_sizes is not None and self._fake_quant:
+            self._block_sizes_to_axis(x.ndim)
+        tiles = self._setup_tiles(x.shape)
         if self._if_calib and not self._dynamic:
-            self._collect(x, blocks)
+            self._calibrator.collect(pad(x, tiles.blocks).reshape(tiles.view) if tiles else x)
         if not self._if_quant:
             return x
         if not self._fake_quant:
             return self._real_quantize(x)
-        if blocks:
-            return self._per_row_blocks(x, blocks, self._fake)
-        return self._fake(x)
+        return self._fake_tiles(x, tiles) if tiles else self._fake(x)
 
     def dequantize(self, qtensor: modelopt_qtensor.BaseQuantizedTensor) -> np.ndarray:
         """Dequantize a tensor this quantizer real-quantized, with the scales it kept.
@@ -265,40 +328,49 @@ class TensorQuantizer:
             raise ValueError("this quantizer holds no scales: real-quantize a tensor with it first")
         return qtensor.dequantize(block_sizes=self._block_sizes, **self._buffers)
 
-    def _static_blocks(self) -> int | None:
-        """The block of a static ``block_sizes={-1: B}`` (modelopt reshapes to ``(-1, B)``), else None."""
+    def _set_axis(self, axis) -> None:
+        """modelopt's ``axis`` setter: the quantizer's and its calibrator's."""
+        self._axis = axis
+        self._calibrator._axis = axis
+
+    def _block_sizes_to_axis(self, ndim: int) -> None:
+        """modelopt: block sizes that are all None (per channel) become ``axis``, the dims not named."""
+        named = [k for k, v in self._block_sizes.items() if not isinstance(k, str)]
+        if all(self._block_sizes[k] is None for k in named):
+            whole = {k if k >= 0 else k + ndim for k in named}
+            self._set_axis(tuple(d for d in range(ndim) if d not in whole) or None)
+            self._block_sizes = None
+
+    def _setup_tiles(self, shape: tuple[int, ...]) -> _Tiles | None:
+        """The static block setup, made at the first call (modelopt's shape is fixed then); None without one."""
         bs = self._block_sizes
         if not bs or bs.get("type", "static") == "dynamic" or not self._fake_quant:
             return None
-        dims = [k for k in bs if isinstance(k, int) and bs[k] is not None]
-        if dims not in ([-1],):
-            raise NotImplementedError(f"block_sizes={bs!r}: static blocks are supported along the last dim only "
-                                      "({-1: B}); use axis= for per-channel quantization")
-        return int(bs[-1])
+        if self._tiles is None:
+            self._tiles = _tiles(shape, bs)
+            self._set_axis(self._tiles.kept)
+        elif self._tiles.shape != tuple(shape):
+            raise ValueError(f"Input shape has changed from {self._tiles.shape} to {tuple(shape)}. "
+                             "Block-quantization requires a fixed input shape.")
+        return self._tiles
 
-    @staticmethod
-    def _per_row_blocks(x: np.ndarray, b: int, fn) -> np.ndarray:
-        """``fn`` over ``x`` reshaped to rows of ``b`` (the last dim zero-padded), reshaped back and cropped."""
-        pad = -x.shape[-1] % b
-        xp = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, pad)]) if pad else x
-        y = fn(xp.reshape(-1, b), axis=(0,))
-        return y.reshape(xp.shape)[..., :x.shape[-1]]
-
-    def _collect(self, x: np.ndarray, blocks: int | None) -> None:
-        if blocks:
-            if self._calibrator.axis != (0,):
-                self._calibrator = self._new_calibrator((0,))
-            self._per_row_blocks(x, blocks, lambda rows, axis: (self._calibrator.collect(rows), rows)[1])
+    def _fake_tiles(self, x: np.ndarray, t: _Tiles) -> np.ndarray:
+        """Static blocks: the zero-padded input fake-quantized per tile (``block_size=t.tiles``), cropped."""
+        xp = pad(x, t.blocks)
+        amax = None if self._amax is None else t.amax_grid(self._amax)
+        if isinstance(self._num_bits, tuple):
+            y = modelopt_ops.scaled_e4m3(xp, amax, *self._num_bits, block_size=t.tiles)
         else:
-            self._calibrator.collect(x)
+            y = modelopt_ops.fake_tensor_quant(xp, amax, self._num_bits, self._unsigned, self._narrow_range,
+                                               block_size=t.tiles)
+        return y[tuple(slice(0, n) for n in x.shape)]
 
-    def _fake(self, x: np.ndarray, axis=None) -> np.ndarray:
-        axis = self._axis if axis is None else axis
+    def _fake(self, x: np.ndarray) -> np.ndarray:
         bs = self._block_sizes
         if bs and bs.get("type") == "dynamic":
             return modelopt_ops.dynamic_block_quant(x, bs, self._num_bits, self._unsigned,
                                                     self._narrow_range)
-        amax = self._amax if self._amax is not None else axis_amax(x, axis)
+        amax = self._amax if self._amax is not None else axis_amax(x, self._axis)
         if isinstance(self._num_bits, tuple):
             return _descriptors.scaled_e4m3(x, amax, *self._num_bits)
         return _descriptors.fake_tensor_quant(x, amax, self._num_bits, self._unsigned, self._narrow_range)
