@@ -84,8 +84,9 @@ def has_llmcompressor(python: str) -> bool:
 
 
 def nbquant_cmd(src: Path, dst: Path, scheme: str, workers: int, ignore: list[str], report: Path | None = None):
+    # --no-default-ignore: the peer's rule of what is quantized, so the two outputs can be compared byte for byte
     cmd = [sys.executable, "-m", "nbquant", "convert", str(src), str(dst), "--scheme", scheme, "--workers",
-           str(workers), "--quiet", "--overwrite"]
+           str(workers), "--quiet", "--overwrite", "--no-default-ignore"]
     if ignore:
         cmd += ["--ignore", *ignore]
     return cmd + (["--report", str(report)] if report else [])

@@ -13,7 +13,7 @@ In a shell::
     $ nbquant demo                    # 4096 x 4096, every available compiled backend
     $ nbquant demo --size 1024x4096 --backend cpu --repeats 10
     $ python -m nbquant demo --size 256
-    $ nbquant convert ./llama ./llama-w4a16 --scheme W4A16 --ignore lm_head
+    $ nbquant convert ./llama ./llama-w4a16 --scheme W4A16
 """
 
 from __future__ import annotations
@@ -224,11 +224,14 @@ def _add_convert_parser(sub) -> None:
         "convert",
         help="quantize a Hugging Face safetensors checkpoint into the compressed-tensors format (vLLM)",
         description="Quantize the Linear weights of a Hugging Face safetensors checkpoint with a compressed-tensors "
-                    "preset scheme, writing what llm-compressor's model_free_ptq writes (the same bytes), without "
-                    "torch, one tensor at a time. Prints a progress bar on stderr (when it is a terminal) and a "
-                    "table of the quantized weights (SQNR dB, max abs error on sampled rows). Every argument is "
-                    "checked before anything is written. Exit status 1 with a one-line error naming the argument, "
-                    "file or tensor and what to do on bad input (2 for a malformed command line); on Ctrl-C, 130 "
+                    "preset scheme, without torch, one tensor at a time. By default token embeddings, the output "
+                    "head, MoE routers and vision/audio towers stay unquantized, as vLLM and transformers expect, "
+                    "and quantization_config.ignore names them; the output is what llm-compressor's model_free_ptq "
+                    "writes given that ignore list (the same bytes). Prints a progress bar on stderr (when it is a "
+                    "terminal) and a table of the quantized weights (SQNR dB, max abs error on sampled rows) and "
+                    "of the tensors kept and why. Every argument is checked before anything is written. Exit status "
+                    "1 with a one-line error naming the argument, file or tensor and what to do on bad input (2 for "
+                    "a malformed command line); on Ctrl-C, 130 "
                     "and one line: the same command again resumes, keeping the shards already written.",
     )
     convert.add_argument("src", metavar="SRC", help="folder with config.json and *.safetensors shards")
@@ -237,8 +240,13 @@ def _add_convert_parser(sub) -> None:
                          help="compressed-tensors preset: W4A16, W4A16_ASYM, W8A16, W2A16, W8A8, FP8_DYNAMIC, "
                               "FP8_BLOCK, NVFP4A16, MXFP4A16, MXFP8A16, ... (see docs/convert.md)")
     convert.add_argument("--ignore", nargs="+", action="extend", default=[], metavar="PATTERN",
-                         help="module names or re:<regex> patterns to keep unquantized (e.g. lm_head); modules "
-                              "ending with norm are always kept")
+                         help="module names or re:<regex> patterns to keep unquantized as well (e.g. "
+                              "re:.*k_proj$); one that matches no module is an error; modules ending with norm are "
+                              "always kept")
+    convert.add_argument("--no-default-ignore", dest="default_ignore", action="store_false",
+                         help="quantize what llm-compressor's model_free_ptq quantizes with the same --ignore, "
+                              "token embeddings, output head, MoE routers and vision/audio towers included (by "
+                              "default they are kept and listed in quantization_config.ignore; see docs/convert.md)")
     convert.add_argument("--workers", type=_positive_int, default=None, metavar="N",
                          help="threads of the quantization kernels (default: nbquant's, NBQUANT_NUM_THREADS; with "
                               "--scheduler: per task, default the worker's cores over its threads)")
@@ -258,9 +266,9 @@ def _add_convert_parser(sub) -> None:
 _SPELLING = {"src": "SRC", "dst": "DST"}
 
 
-def _spelled(error) -> str:
-    """The message of an :class:`~nbquant.convert.arguments.ArgumentError` with its argument spelled as a flag."""
-    text, name = str(error), error.argument
+def _spelled(text: str, name: str) -> str:
+    """``text`` (an :class:`~nbquant.convert.arguments.ArgumentError`'s message, or a note about an argument) with
+    the argument ``name`` it starts with spelled as the command line spells it."""
     return _SPELLING.get(name, "--" + name) + text[len(name):] if text.startswith(name + " ") else text
 
 
@@ -286,13 +294,17 @@ def _run_convert(args: argparse.Namespace) -> int:
     from nbquant.convert.report import format_table
 
     try:
-        report = convert(args.src, args.dst, args.scheme, ignore=args.ignore, workers=args.workers,
-                         report=args.report, overwrite=args.overwrite, progress=False if args.quiet else None,
-                         check=not args.quiet or args.report is not None, full_check=args.full_check,
+        report = convert(args.src, args.dst, args.scheme, ignore=args.ignore, default_ignore=args.default_ignore,
+                         workers=args.workers, report=args.report, overwrite=args.overwrite,
+                         progress=False if args.quiet else None, check=not args.quiet or args.report is not None,
+                         full_check=args.full_check,
                          scheduler=args.scheduler)
     except ConvertError as e:
-        print(f"nbquant convert: error: {_spelled(e) if isinstance(e, ArgumentError) else e}", file=sys.stderr)
+        print(f"nbquant convert: error: {_spelled(str(e), e.argument) if isinstance(e, ArgumentError) else e}",
+              file=sys.stderr)
         return 1
+    for note in report.notes:
+        print(f"nbquant convert: {_spelled(note, 'ignore')}", file=sys.stderr)
     if not args.quiet:
         print(format_table(report))
     return 0
@@ -353,11 +365,11 @@ def _demo_convert() -> None:
         write_synthetic_checkpoint(src, **DEMO_CHECKPOINT)
         shards = [f for f in os.listdir(src) if f.endswith(".safetensors")]
         size = sum(os.path.getsize(os.path.join(src, f)) for f in shards)
-        print(f"\nconvert: nbquant convert {src} {dst} --scheme W4A16 --ignore lm_head  (a synthetic Llama-shaped "
+        print(f"\nconvert: nbquant convert {src} {dst} --scheme W4A16  (a synthetic Llama-shaped "
               f"float32 checkpoint, {size / 2**20:.1f} MiB in {len(shards)} shards, into the compressed-tensors "
-              "format vLLM loads: what llm-compressor's model_free_ptq writes, byte for byte; SQNR and max abs "
-              "err of every k-th row)", flush=True)
-        report = convert(src, dst, "W4A16", ignore=["lm_head"])
+              "format vLLM loads, embedding and output head kept: what llm-compressor's model_free_ptq writes with "
+              "the ignore list recorded, byte for byte; SQNR and max abs err of every k-th row)", flush=True)
+        report = convert(src, dst, "W4A16")
         print(format_table(report))
 
 

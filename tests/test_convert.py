@@ -148,7 +148,7 @@ def test_independent_decoder_equals_nbquant_dequantization(llama, tmp_path, sche
     r = convert(llama, tmp_path / "out", scheme, ignore=["lm_head"], progress=False)
     out = tensors_of(tmp_path / "out")
     src = tensors_of(llama)
-    assert len(r.quantized) == 2 * 7 + 1  # every Linear weight and the embedding; lm_head and norms kept
+    assert len(r.quantized) == 2 * 7  # every Linear weight; the embedding (default ignore), lm_head and norms kept
     for t in r.quantized:
         module = t.name.rpartition(".")[0]
         mine = module_tensors(out, module)
@@ -233,7 +233,7 @@ def test_matching_norms_ignores_and_patterns(llama, tmp_path):
 
     threads = nbquant.get_num_threads()
     r = convert(llama, tmp_path / "out", "W8A16", ignore=["re:model\\.layers\\.1\\.", "lm_head"], progress=False,
-                workers=1)
+                workers=1, default_ignore=False)  # model_free_ptq's matching: the embedding is quantized
     assert nbquant.get_num_threads() == threads  # workers= lasts for the conversion only
     quantized = {t.name for t in r.quantized}
     assert "model.embed_tokens.weight" in quantized and "model.layers.0.mlp.down_proj.weight" in quantized
@@ -350,7 +350,8 @@ def test_index_naming_a_missing_shard(tmp_path):
 ])
 def test_weight_the_scheme_cannot_take(tmp_path, tensor, scheme, match):
     d = small_checkpoint(tmp_path / "c", {"m.weight": tensor})
-    msg = expect_error(d, tmp_path / "out", scheme, match=match)
+    peer = {"default_ignore": False} if tensor.ndim != 2 else {}  # by default a weight not 2-D is kept
+    msg = expect_error(d, tmp_path / "out", scheme, match=match, **peer)
     assert "m.weight" in msg
     assert not os.path.exists(tmp_path / "out")  # every weight is checked before anything is written
 
@@ -521,9 +522,9 @@ def test_demo_ends_with_a_conversion(capsys):
 
     assert cli.main(["demo", "--size", "16x96", "--backend", "cpu", "--repeats", "1"]) == 0
     out = capsys.readouterr().out.split("\nconvert: nbquant convert ", 1)[1].splitlines()
-    assert "--scheme W4A16 --ignore lm_head" in out[0] and "float32 checkpoint" in out[0]
+    assert out[0].split("  (")[0].endswith("--scheme W4A16") and "float32 checkpoint" in out[0]
     assert out[1].split()[:3] == ["tensor", "scheme", "shape"]
-    assert out[-1].startswith("15 quantized, 6 kept")
+    assert out[-1].startswith("14 quantized, 7 kept")  # the embedding and lm_head kept by default
     assert cli.main(["demo", "--size", "16x96", "--backend", "cpu", "--repeats", "1", "--no-convert"]) == 0
     assert "convert:" not in capsys.readouterr().out
 

@@ -2,8 +2,11 @@
 
 Every file of the two output folders is compared byte for byte (shards, index, ``config.json``,
 copied files), for every scheme, on bfloat16 and float16 checkpoints whose fused partners sit
-in different shards and whose weights hold all-zero groups, ``-0.0`` and tiny values; and
-compressed-tensors' own decompression of nbquant's output equals nbquant's dequantization.
+in different shards and whose weights hold all-zero groups, ``-0.0`` and tiny values, with
+``default_ignore=False`` (``--no-default-ignore``: the same ignore list); with the defaults, on
+tied and MoE checkpoints, ``model_free_ptq`` given the ignore list nbquant records writes the
+same bytes; and compressed-tensors' own decompression of nbquant's output equals nbquant's
+dequantization.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from nbquant.convert import SafetensorsFile, convert, dequantize_weight, get_scheme
+from nbquant.convert import SafetensorsFile, convert, dequantize_weight, get_scheme, write_synthetic_checkpoint
 from nbquant.convert.safetensors import ShardWriter
 from nbquant.convert.synthetic import llama_tensors
 
@@ -95,12 +98,15 @@ def _files(folder) -> dict[str, bytes]:
     return {f: open(os.path.join(folder, f), "rb").read() for f in sorted(os.listdir(folder))}
 
 
-def _compare(src, tmp_path, scheme, ignore):
+def _compare(src, tmp_path, scheme, ignore, default_ignore=False):
+    """nbquant's output against model_free_ptq's given ``ignore`` (with the defaults: the list nbquant records)."""
     peer, mine = tmp_path / "peer", tmp_path / "nbquant"
+    convert(src, mine, scheme, ignore=ignore, progress=False, default_ignore=default_ignore)
+    if default_ignore:
+        ignore = json.loads((mine / "config.json").read_text())["quantization_config"]["ignore"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model_free_ptq(src, str(peer), scheme=scheme, ignore=ignore, max_workers=1, device="cpu")
-    convert(src, mine, scheme, ignore=ignore, progress=False)
     a, b = _files(peer), _files(mine)
     assert sorted(a) == sorted(b)
     differ = [f for f in a if a[f] != b[f]]
@@ -120,6 +126,18 @@ def test_bytes_equal_model_free_ptq_float16(f16_checkpoint, tmp_path, scheme):
 
 def test_bytes_equal_with_regex_ignores(bf16_checkpoint, tmp_path):
     _compare(bf16_checkpoint, tmp_path, "NVFP4A16", ["lm_head", "re:.*k_proj$", "re:model\\.embed"])
+
+
+@pytest.mark.parametrize(("layout", "scheme"), [("qwen3_moe", "W4A16"), ("mixtral", "NVFP4A16"), (None, "FP8_BLOCK")])
+def test_defaults_equal_model_free_ptq_given_the_recorded_ignore(tmp_path, layout, scheme):
+    """The default ignore list (tied head, embedding, MoE routers) is an ignore list model_free_ptq takes as it is."""
+    src = tmp_path / "src"
+    write_synthetic_checkpoint(src, hidden=256, intermediate=384, layers=2, vocab=160, shard_bytes=600_000,
+                               moe=layout, experts=3, tie_word_embeddings=layout != "qwen3_moe")
+    mine = _compare(str(src), tmp_path, scheme, ["re:.*k_proj$"], default_ignore=True)
+    ignore = json.loads((mine / "config.json").read_text())["quantization_config"]["ignore"]
+    assert "lm_head" in ignore and "model.embed_tokens" in ignore
+    assert any(m.endswith(".gate") for m in ignore) == (layout is not None)
 
 
 def _torch(a: np.ndarray):

@@ -141,8 +141,8 @@ def _check_flags(workers, flags: dict[str, object], log, scheduler) -> None:
                                              'installed: pip install "nbquant[dask]"')
 
 
-def check_arguments(src, dst, scheme, *, ignore, workers, report, overwrite, progress, check, full_check, log,
-                    scheduler) -> tuple[str, str, Scheme, list[str], str | None]:
+def check_arguments(src, dst, scheme, *, ignore, default_ignore, workers, report, overwrite, progress, check,
+                    full_check, log, scheduler) -> tuple[str, str, Scheme, list[str], str | None]:
     """Check every argument of :func:`~nbquant.convert.convert` (same names); nothing is read or written.
 
     Returns
@@ -170,8 +170,8 @@ def check_arguments(src, dst, scheme, *, ignore, workers, report, overwrite, pro
     except ConvertError as e:
         raise ArgumentError("scheme", str(e)) from None
     patterns = check_ignore(ignore)
-    _check_flags(workers, {"overwrite": overwrite, "progress": progress, "check": check, "full_check": full_check},
-                 log, scheduler)
+    _check_flags(workers, {"default_ignore": default_ignore, "overwrite": overwrite, "progress": progress,
+                           "check": check, "full_check": full_check}, log, scheduler)
     _check_src(src)
     if report is not None:
         report = _path("report", report)

@@ -53,6 +53,9 @@ class TensorReport:
 class Report:
     """Everything a conversion did; :meth:`to_json` is the ``--report`` file.
 
+    ``skipped`` lists each tensor kept as it is with its reason; ``notes`` the one-line remarks on
+    the ``ignore`` patterns (one naming the head of a tied model).
+
     Examples
     --------
     >>> r = Report("W4A16", "src", "dst", bytes_in=10**6, seconds=0.5)
@@ -70,6 +73,7 @@ class Report:
     bytes_out: int = 0
     seconds: float = 0.0
     resumed_shards: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def mb_per_s(self) -> float:
@@ -85,7 +89,7 @@ class Report:
             return d
         return {"scheme": self.scheme, "src": self.src, "dst": self.dst, "shards": self.shards,
                 "resumed_shards": self.resumed_shards, "quantized": [tensor(t) for t in self.quantized],
-                "skipped": self.skipped, "bytes_in": self.bytes_in, "bytes_out": self.bytes_out,
+                "skipped": self.skipped, "notes": self.notes, "bytes_in": self.bytes_in, "bytes_out": self.bytes_out,
                 "seconds": round(self.seconds, 4), "mb_per_s": round(self.mb_per_s, 2)}
 
     def write(self, path: str) -> None:
@@ -96,17 +100,27 @@ class Report:
 
 
 def format_table(report: Report) -> str:
-    """The end table: one line per quantized weight, then one line per reason tensors were skipped, then totals."""
+    """The end table: one line per quantized weight, then one line per reason tensors were kept (with the first two
+    of them), then totals.
+
+    Examples
+    --------
+    >>> r = Report("W4A16", "src", "dst", skipped=[{"name": f"l.{i}.mlp.gate.weight", "reason": "MoE router"}
+    ...                                            for i in range(3)])
+    >>> format_table(r).splitlines()[-1]
+    'kept as they are: 3 tensor(s): MoE router: l.0.mlp.gate.weight, l.1.mlp.gate.weight and 1 more'
+    """
     rows = [(t.name, t.scheme, "x".join(map(str, t.shape)), f"{t.sqnr_db:.2f}", f"{t.max_abs_err:.4g}")
             for t in report.quantized]
     head = ("tensor", "scheme", "shape", "SQNR dB", "max abs err")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
     lines = ["  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
              .rstrip() for r in [head, *rows]]
-    reasons: dict[str, int] = {}
+    reasons: dict[str, list[str]] = {}
     for s in report.skipped:
-        reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1
-    lines += [f"kept as they are: {n} tensor(s): {why}" for why, n in reasons.items()]
+        reasons.setdefault(s["reason"], []).append(s["name"])
+    lines += [f"kept as they are: {len(names)} tensor(s): {why}: {', '.join(names[:2])}" +
+              (f" and {len(names) - 2} more" if len(names) > 2 else "") for why, names in reasons.items()]
     if report.seconds:
         lines.append(f"{len(report.quantized)} quantized, {len(report.skipped)} kept, {len(report.shards)} shard(s); "
                      f"{report.bytes_in / 2**20:.1f} MiB -> {report.bytes_out / 2**20:.1f} MiB in "

@@ -29,7 +29,8 @@ from .. import threads as threads_module
 from .arguments import check_arguments
 from .destination import STAMP, check_destination, copy_into, prepare_destination
 from .numerics import check_weight, dequantize_weight, global_scale, nvfp4_block_amax, output_entries, quantize_weight
-from .plan import Checkpoint, Item, fused_groups, items, jobs, open_checkpoint, skip_reason
+from .plan import Checkpoint, Item, fused_groups, items, jobs, open_checkpoint
+from .policy import Selection, select
 from .report import Progress, Report, TensorReport, sqnr_db
 from .safetensors import BITS, ConvertError, SafetensorsFile, ShardWriter, layout, sync_dir
 from .schemes import Scheme, quantization_config
@@ -58,17 +59,23 @@ class ShardPlan:
         return math.prod(item.shape) * BITS[self.entry(item).dtype] // 8
 
 
-def _plan(ckpt: Checkpoint, scheme: Scheme, ignore: list[str]) -> dict[str, ShardPlan]:
-    """Every output shard, planned: every bad weight raises here, before anything is written."""
+def _plan(ckpt: Checkpoint, scheme: Scheme, ignore: list[str],
+          default_ignore: bool) -> tuple[dict[str, ShardPlan], Selection]:
+    """Every output shard, planned, and what is kept: every bad weight or ignore pattern raises here, before
+    anything is written."""
+    cut = {shard: [(name, items(name, ckpt.shards[ckpt.weight_map[name]].entries[name].shape)) for name in names]
+           for shard, names in jobs(ckpt, fused=scheme.kind == "nvfp4").items()}
+    sel = select(ckpt.config, {i.name: i.shape for job in cut.values() for _, its in job for i in its}, ignore,
+                 default_ignore)
     plans = {}
-    for shard, names in jobs(ckpt, fused=scheme.kind == "nvfp4").items():
+    for shard, job in cut.items():
         entries, quantized, shard_items = [], {}, []
-        sources = {n: ckpt.shards[ckpt.weight_map[n]] for n in names}
-        for name in names:
+        sources = {n: ckpt.shards[ckpt.weight_map[n]] for n, _ in job}
+        for name, name_items in job:
             e = sources[name].entries[name]
-            for item in items(name, e.shape):
+            for item in name_items:
                 shard_items.append(item)
-                if skip_reason(item.name, ignore) is None:
+                if item.name not in sel.kept:
                     check_weight(item.name, e.numpy_dtype if e.numpy_dtype is not None else e.dtype, item.shape,
                                  scheme)
                     module = item.name.rpartition(".")[0]
@@ -84,15 +91,16 @@ def _plan(ckpt: Checkpoint, scheme: Scheme, ignore: list[str]) -> dict[str, Shar
                                    "quantized tensors?)")
             seen.add(out_name)
         plans[shard] = ShardPlan(entries, shard_items, quantized, sources)
-    return plans
+    return plans, sel
 
 
-def _stamp(ckpt: Checkpoint, scheme_name: str, ignore: list[str]) -> dict:
-    """The run, as its stamp records it: source, scheme, ignore list, source shards and every file it writes."""
+def _stamp(ckpt: Checkpoint, scheme_name: str, ignore: list[str], default_ignore: bool = True) -> dict:
+    """The run, as its stamp records it: source, scheme, ignore list (and whether the defaults apply), source shards
+    and every file it writes."""
     sources = {name: [os.path.getsize(f.path), os.path.getmtime(f.path)] for name, f in ckpt.shards.items()}
     files = sorted({*ckpt.shards, ckpt.index_name, "config.json", *ckpt.other_files})
     return {"src": os.path.abspath(ckpt.root), "scheme": scheme_name, "ignore": ignore, "shards": sources,
-            "files": files}
+            "files": files, "default_ignore": default_ignore}
 
 
 def _write_text(path: str, text: str) -> None:
@@ -201,6 +209,7 @@ def convert(
     scheme: str,
     *,
     ignore: str | Iterable[str] = (),
+    default_ignore: bool = True,
     workers: int | None = None,
     report: str | os.PathLike | None = None,
     overwrite: bool = False,
@@ -213,8 +222,11 @@ def convert(
     """Quantize a Hugging Face safetensors checkpoint into the compressed-tensors format (vLLM loads it).
 
     The output is byte for byte what llm-compressor's ``model_free_ptq(src, dst, scheme=scheme,
-    ignore=ignore)`` writes (compressed-tensors 0.19): the same tensors quantized, the same
-    names, dtypes, shapes and bytes, the same index and ``quantization_config``.
+    ignore=...)`` writes (compressed-tensors 0.19) given the ``ignore`` list recorded in the
+    output's ``quantization_config``: the same tensors quantized, the same names, dtypes, shapes
+    and bytes, the same index and config. By default that list adds, to ``ignore``, what the
+    inference engines do not quantize (embeddings, the output head, MoE routers, vision and audio
+    towers: :mod:`nbquant.convert.policy`); with ``default_ignore=False`` it is ``ignore`` itself.
 
     Parameters
     ----------
@@ -229,8 +241,13 @@ def convert(
         ``MXFP4``, ``MXFP8A16``, ``MXFP8`` (see :data:`nbquant.convert.schemes.SCHEMES`).
     ignore : str or iterable of str
         Module names, or ``re:`` patterns matched from the start of the module name, to keep
-        unquantized (``["lm_head"]``); a single str is one pattern (``"lm_head"``). Modules whose
-        name ends with ``norm`` are always kept.
+        unquantized (``["re:.*k_proj$"]``); a single str is one pattern (``"lm_head"``). Modules whose
+        name ends with ``norm`` are always kept. A pattern that matches no module is an error
+        (but ``lm_head`` of a model whose head is tied to its embedding: a note in the report).
+    default_ignore : bool
+        Also keep, and record in the written ``ignore``, the tensors that vLLM and transformers
+        load unquantized (:func:`nbquant.convert.policy.default_reason`); False: exactly
+        ``model_free_ptq``'s choice (``--no-default-ignore``).
     workers : int, optional
         Threads of nbquant's cpu kernels during the conversion (:func:`nbquant.set_num_threads`,
         restored after); default: nbquant's setting (``NBQUANT_NUM_THREADS``, else every core).
@@ -263,7 +280,7 @@ def convert(
     -------
     Report
         Per quantized weight its scheme, shape, SQNR and max abs error; the tensors kept as they
-        are and why; bytes, seconds and MB/s.
+        are and why; the notes on ``ignore``; bytes, seconds and MB/s.
 
     Raises
     ------
@@ -272,7 +289,8 @@ def convert(
     ValueError
         A bad argument value, as :class:`~nbquant.convert.arguments.ArgumentError` (also a
         ``ConvertError``): one line naming the argument, the value and what is allowed. Every
-        argument is checked before anything is read or written.
+        argument is checked before anything is read or written, an ``ignore`` pattern that
+        matches no module of ``src`` before anything is written.
     ConvertError
         A bad input (one line naming the file or tensor, and what to do); ``dst`` is left without
         partial shards.
@@ -286,27 +304,30 @@ def convert(
     >>> from nbquant.convert import convert, write_synthetic_checkpoint
     >>> src, dst = tempfile.mkdtemp(), os.path.join(tempfile.mkdtemp(), "out")
     >>> _ = write_synthetic_checkpoint(src, hidden=128, intermediate=256, layers=1, vocab=64)
-    >>> r = convert(src, dst, "W4A16", ignore=["lm_head"], progress=False)
+    >>> r = convert(src, dst, "W4A16", progress=False)
     >>> len(r.quantized), sorted(os.listdir(dst))[:2]
-    (8, ['config.json', 'generation_config.json'])
+    (7, ['config.json', 'generation_config.json'])
+    >>> import json; json.load(open(os.path.join(dst, "config.json")))["quantization_config"]["ignore"]
+    ['model.embed_tokens', 'lm_head']
     """
     start = time.perf_counter()
     src, dst, sch, ignore, report = check_arguments(
-        src, dst, scheme, ignore=ignore, workers=workers, report=report, overwrite=overwrite, progress=progress,
-        check=check, full_check=full_check, log=log, scheduler=scheduler)  # all of them, before anything is read
+        src, dst, scheme, ignore=ignore, default_ignore=default_ignore, workers=workers, report=report,
+        overwrite=overwrite, progress=progress, check=check, full_check=full_check, log=log,
+        scheduler=scheduler)  # all of them, before anything is read
     ckpt = open_checkpoint(os.path.abspath(src) if scheduler else src)  # the workers' cwd is not ours
     check_destination(dst, ckpt.roots)
-    plans = _plan(ckpt, sch, ignore)
+    plans, sel = _plan(ckpt, sch, ignore, default_ignore)
     dtypes = {plan.entry(i).numpy_dtype for plan in plans.values() for i in plan.items if i.name in plan.quantized}
     # Numba's import and cache load (~0.3 s) run while the files are prepared (on a cluster: in the workers)
     warm = _warm_up(sch, dtypes) if scheduler is None else None
     requested = list(threads_module._requested)  # the thread count as set (or not) before this call
     try:
-        resume = prepare_destination(dst, _stamp(ckpt, str(scheme), ignore), overwrite)
+        resume = prepare_destination(dst, _stamp(ckpt, str(scheme), ignore, default_ignore), overwrite)
         if workers is not None and scheduler is None:
             nbquant.set_num_threads(workers)
         cluster = None if scheduler is None else (scheduler, workers)
-        rep = _run(ckpt, src, dst, sch, str(scheme), ignore, plans, resume, progress, (check, full_check),
+        rep = _run(ckpt, src, dst, sch, str(scheme), sel, plans, resume, progress, (check, full_check),
                    log or (lambda line: None), warm, cluster)
     except OSError as e:
         where = e.filename or dst
@@ -323,7 +344,7 @@ def convert(
     return rep
 
 
-def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, ignore: list[str], plans, resume: bool,
+def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, sel: Selection, plans, resume: bool,
          progress: bool | None, check: tuple[bool, bool], say: Callable[[str], None],
          warm: threading.Thread | None, cluster: tuple[str, int | None] | None = None) -> Report:
     rep = Report(sch.name, src, dst)
@@ -331,8 +352,8 @@ def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, ignore:
         copy_into(dst, rel, os.path.join(src, rel))
     say(f"copied {len(ckpt.other_files)} file(s)")
     all_items = [(plan, item) for plan in plans.values() for item in plan.items]
-    rep.skipped = [{"name": i.name, "reason": skip_reason(i.name, ignore)} for p, i in all_items
-                   if i.name not in p.quantized]
+    rep.skipped = [{"name": i.name, "reason": sel.kept[i.name]} for p, i in all_items if i.name not in p.quantized]
+    rep.notes = list(sel.notes)
     bar = Progress(len(all_items), sum(plan.nbytes(item) for plan, item in all_items), enabled=progress)
     weight_map: dict[str, str] = {}
     todo = {}
@@ -358,7 +379,7 @@ def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, ignore:
     rep.shards = list(plans)
     rep.bytes_in = ckpt.total_bytes
     quantized = any(plan.quantized for plan in plans.values())
-    config = dict(ckpt.config, quantization_config=quantization_config(scheme, sch, ignore, quantized))
+    config = dict(ckpt.config, quantization_config=quantization_config(scheme, sch, sel.ignore, quantized))
     index = {"metadata": {"total_size": rep.bytes_out}, "weight_map": weight_map}
     _write_text(os.path.join(dst, ckpt.index_name), json.dumps(index, indent=2, sort_keys=True))
     _write_text(os.path.join(dst, "config.json"), json.dumps(config, indent=2, sort_keys=True))

@@ -3,7 +3,10 @@
 Weights are Student-t samples (4 degrees of freedom: heavy tails, like trained weights) times
 a magnitude per row, so per-group scales matter. The tensors are cut into shards of at most
 ``shard_bytes`` in the order a Hugging Face checkpoint lists them, so that a layer's q/k/v or
-gate/up weights can sit in different shards.
+gate/up weights can sit in different shards. Options give the head tied to the embedding (no
+``lm_head.weight``, ``tie_word_embeddings``) and two MoE layouts: Qwen3-MoE's
+(``mlp.experts.E.{gate,up,down}_proj``, router ``mlp.gate``, ``q_norm``/``k_norm``) and
+Mixtral's (``block_sparse_moe.experts.E.w1/w2/w3``, router ``block_sparse_moe.gate``).
 
 Examples
 --------
@@ -25,26 +28,54 @@ import numpy as np
 
 from .safetensors import ShardWriter
 
-__all__ = ["write_synthetic_checkpoint", "llama_tensors"]
+__all__ = ["write_synthetic_checkpoint", "llama_tensors", "MOE_LAYOUTS"]
 
 
-def llama_tensors(hidden: int, intermediate: int, layers: int, vocab: int,
-                  kv_heads_ratio: int = 4) -> list[tuple[str, tuple[int, ...]]]:
-    """Names and shapes of a Llama checkpoint's tensors, in Hugging Face's order (grouped-query attention)."""
+#: The MoE layouts of :func:`llama_tensors`: the experts' module, their projections ``(name, transposed)`` and the
+#: ``config.json`` entries.
+MOE_LAYOUTS = {
+    "qwen3_moe": ("mlp", [("down_proj", True), ("gate_proj", False), ("up_proj", False)],
+                  {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "head_dim": 64,
+                   "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": []}),
+    "mixtral": ("block_sparse_moe", [("w1", False), ("w2", True), ("w3", False)],
+                {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "head_dim": 64}),
+}
+
+
+def llama_tensors(hidden: int, intermediate: int, layers: int, vocab: int, kv_heads_ratio: int = 4, *,
+                  tie_word_embeddings: bool = False, moe: str | None = None,
+                  experts: int = 4) -> list[tuple[str, tuple[int, ...]]]:
+    """Names and shapes of a Llama checkpoint's tensors, in Hugging Face's order (grouped-query attention).
+
+    ``tie_word_embeddings`` leaves out ``lm_head.weight``; ``moe`` (a key of :data:`MOE_LAYOUTS`)
+    replaces each MLP with ``experts`` experts of ``intermediate`` rows and a router of ``experts`` rows.
+
+    Examples
+    --------
+    >>> [n for n, _ in llama_tensors(128, 256, 1, 64, moe="mixtral", experts=2) if "moe" in n]  # doctest: +ELLIPSIS
+    ['model.layers.0.block_sparse_moe.experts.0.w1.weight', ..., 'model.layers.0.block_sparse_moe.gate.weight']
+    """
     kv = max(hidden // kv_heads_ratio, 1)
     out: list[tuple[str, tuple[int, ...]]] = [("model.embed_tokens.weight", (vocab, hidden))]
     for i in range(layers):
         p = f"model.layers.{i}."
-        out += [(p + "input_layernorm.weight", (hidden,)),
-                (p + "mlp.down_proj.weight", (hidden, intermediate)),
-                (p + "mlp.gate_proj.weight", (intermediate, hidden)),
-                (p + "mlp.up_proj.weight", (intermediate, hidden)),
+        if moe is None:
+            mlp = [(p + f"mlp.{m}.weight", (hidden, intermediate) if m == "down_proj" else (intermediate, hidden))
+                   for m in ("down_proj", "gate_proj", "up_proj")]
+        else:
+            block, projections, _ = MOE_LAYOUTS[moe]
+            mlp = [(p + f"{block}.experts.{e}.{m}.weight", (hidden, intermediate) if down else (intermediate, hidden))
+                   for e in range(experts) for m, down in projections]
+            mlp.append((p + f"{block}.gate.weight", (experts, hidden)))
+        norms = [(p + f"self_attn.{m}.weight", (64,)) for m in ("k_norm", "q_norm")] if moe == "qwen3_moe" else []
+        out += [(p + "input_layernorm.weight", (hidden,)), *mlp,
                 (p + "post_attention_layernorm.weight", (hidden,)),
-                (p + "self_attn.k_proj.weight", (kv, hidden)),
+                (p + "self_attn.k_proj.weight", (kv, hidden)), *norms[:1],
                 (p + "self_attn.o_proj.weight", (hidden, hidden)),
-                (p + "self_attn.q_proj.weight", (hidden, hidden)),
+                (p + "self_attn.q_proj.weight", (hidden, hidden)), *norms[1:],
                 (p + "self_attn.v_proj.weight", (kv, hidden))]
-    return out + [("model.norm.weight", (hidden,)), ("lm_head.weight", (vocab, hidden))]
+    out.append(("model.norm.weight", (hidden,)))
+    return out if tie_word_embeddings else [*out, ("lm_head.weight", (vocab, hidden))]
 
 
 def _tensor(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -58,7 +89,8 @@ def _tensor(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -
 
 def write_synthetic_checkpoint(path: str | os.PathLike, *, hidden: int = 1024, intermediate: int = 2816,
                                layers: int = 4, vocab: int = 8192, shard_bytes: int = 64 << 20, seed: int = 0,
-                               index: bool = True, dtype: str = "bfloat16") -> list[str]:
+                               index: bool = True, dtype: str = "bfloat16", tie_word_embeddings: bool = False,
+                               moe: str | None = None, experts: int = 4) -> list[str]:
     """Write a Llama-shaped bfloat16 checkpoint to ``path``: shards, index, ``config.json``, a generation config.
 
     Parameters
@@ -75,6 +107,13 @@ def write_synthetic_checkpoint(path: str | os.PathLike, *, hidden: int = 1024, i
         only when ``index`` is False).
     dtype : {"bfloat16", "float16", "float32"}
         The tensors' dtype.
+    tie_word_embeddings : bool
+        The head shares the embedding: no ``lm_head.weight``, ``tie_word_embeddings: true``.
+    moe : {None, "qwen3_moe", "mixtral"}
+        An MoE model of that layout (:data:`MOE_LAYOUTS`): ``experts`` experts per layer of
+        ``intermediate`` rows (``moe_intermediate_size``), and a router of ``experts`` rows.
+    experts : int
+        Experts per layer (``num_experts`` / ``num_local_experts``).
 
     Returns
     -------
@@ -95,7 +134,8 @@ def write_synthetic_checkpoint(path: str | os.PathLike, *, hidden: int = 1024, i
     code = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}[dtype]
     shards: list[list[tuple[str, tuple[int, ...]]]] = [[]]
     size = 0
-    for name, shape in llama_tensors(hidden, intermediate, layers, vocab):
+    for name, shape in llama_tensors(hidden, intermediate, layers, vocab, tie_word_embeddings=tie_word_embeddings,
+                                     moe=moe, experts=experts):
         n = int(np.prod(shape)) * dt.itemsize
         if shards[-1] and size + n > shard_bytes:
             shards.append([])
@@ -119,7 +159,11 @@ def write_synthetic_checkpoint(path: str | os.PathLike, *, hidden: int = 1024, i
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
               "intermediate_size": intermediate, "num_hidden_layers": layers, "vocab_size": vocab,
               "num_attention_heads": max(hidden // 64, 1), "num_key_value_heads": max(hidden // 256, 1),
-              "rms_norm_eps": 1e-5, "torch_dtype": dtype, "tie_word_embeddings": False}
+              "rms_norm_eps": 1e-5, "torch_dtype": dtype, "tie_word_embeddings": tie_word_embeddings}
+    if moe is not None:
+        config.update(MOE_LAYOUTS[moe][2], num_experts_per_tok=min(2, experts),
+                      **({"num_experts": experts, "moe_intermediate_size": intermediate} if moe == "qwen3_moe" else
+                         {"num_local_experts": experts}))
     with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2)
     with open(os.path.join(path, "generation_config.json"), "w", encoding="utf-8") as f:
