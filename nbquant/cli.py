@@ -14,6 +14,7 @@ In a shell::
     $ nbquant demo --size 1024x4096 --backend cpu --repeats 10
     $ python -m nbquant demo --size 256
     $ nbquant convert ./llama ./llama-w4a16 --scheme W4A16
+    $ nbquant inspect ./llama-w4a16
 """
 
 from __future__ import annotations
@@ -216,6 +217,15 @@ def _build_parser(backend_names: bool = True) -> argparse.ArgumentParser:
     demo.add_argument("--no-convert", dest="convert", action="store_false",
                       help="skip the last part: nbquant convert on a small synthetic Llama-shaped checkpoint")
     _add_convert_parser(sub)
+    inspect = sub.add_parser("inspect", help="what a safetensors checkpoint holds: scheme, shape, bytes a weight",
+                             description="Print a checkpoint folder's quantization_config, a table of its weights "
+                                         "(scheme as stored, or kept and why; shape, dtypes, bytes; layers that "
+                                         "agree grouped) and totals. Exit status 1 with one line on a missing or "
+                                         "broken folder.")
+    inspect.add_argument("path", metavar="PATH", help="folder with config.json and *.safetensors shards")
+    inspect.add_argument("--json", action="store_true", help="print every tensor and row as JSON")
+    inspect.add_argument("--all", action="store_true", help="one row a weight: no grouping of layers")
+    inspect.error = functools.partial(_one_line_error, inspect, command="inspect")
     return parser
 
 
@@ -272,9 +282,9 @@ def _spelled(text: str, name: str) -> str:
     return _SPELLING.get(name, "--" + name) + text[len(name):] if text.startswith(name + " ") else text
 
 
-def _one_line_error(parser: argparse.ArgumentParser, message: str) -> None:
-    """argparse's error for ``nbquant convert``: one line on stderr (no usage), exit status 2."""
-    parser.exit(2, f"nbquant convert: error: {message} (see nbquant convert --help)\n")
+def _one_line_error(parser: argparse.ArgumentParser, message: str, command: str = "convert") -> None:
+    """argparse's error for ``nbquant convert`` (or ``inspect``): one line on stderr (no usage), exit status 2."""
+    parser.exit(2, f"nbquant {command}: error: {message} (see nbquant {command} --help)\n")
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -387,6 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         0 on success; 1 if a backend's codes differ from the reference backend's; 2,
         with the reason on stderr, if a backend named with ``--backend`` cannot run here.
         ``convert``: 1 with one line on stderr on a bad argument or input; 130 on Ctrl-C.
+        ``inspect``: 1 with one line on stderr on a missing or broken folder.
         Bad arguments raise :class:`SystemExit` with status 2 and a message on stderr (one line
         for ``convert``).
 
@@ -399,10 +410,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     (0, 'check: the reference backend (NumPy) quantizes all 4 rows with the same scales; ...')
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = _build_parser(backend_names=argv[:1] != ["convert"])
-    if argv[:1] == ["convert"]:  # an unrecognized argument of convert is the top parser's error
-        parser.error = functools.partial(_one_line_error, parser)
+    parser = _build_parser(backend_names=argv[:1] not in (["convert"], ["inspect"]))
+    if argv[:1] in (["convert"], ["inspect"]):  # an unrecognized argument of these is the top parser's error
+        parser.error = functools.partial(_one_line_error, parser, command=argv[0])
     args = parser.parse_args(argv)
+    if args.command == "inspect":
+        from nbquant.convert.inspect import run as inspect_run
+
+        return inspect_run(args.path, as_json=args.json, group=not args.all)
     if args.command == "convert":
         return _convert(args)
     if args.command == "demo":

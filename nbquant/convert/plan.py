@@ -191,7 +191,7 @@ def _load_json(path: str) -> dict:
     return data
 
 
-def open_checkpoint(src: str) -> Checkpoint:
+def open_checkpoint(src: str, quantized: bool = False) -> Checkpoint:
     """Read the folder ``src``: its config, index and shard headers (no tensor data).
 
     The shards are top-level ``*.safetensors`` files: those the index names (plain file names;
@@ -202,7 +202,8 @@ def open_checkpoint(src: str) -> Checkpoint:
     Raises :class:`ConvertError` with one line naming the file for a missing or unreadable
     folder, a missing ``config.json``, no ``*.safetensors``, a damaged index or header, an
     index that names a missing shard or tensor or that leaves out a tensor of a shard, a
-    symlink out of the folder, a symlink loop or a special file.
+    symlink out of the folder, a symlink loop or a special file; and for a ``config.json`` with a
+    ``quantization_config`` unless ``quantized`` (``nbquant inspect`` reads converted checkpoints).
     """
     if not os.path.isdir(src):
         raise ConvertError(f"{src}: no such directory" if not os.path.exists(src) else f"{src}: not a directory")
@@ -214,7 +215,7 @@ def open_checkpoint(src: str) -> Checkpoint:
         raise ConvertError(f"{os.path.join(src, 'config.json')}: missing; a Hugging Face checkpoint folder has "
                            "config.json beside its *.safetensors shards")
     config = _load_json(os.path.join(src, "config.json"))
-    if "quantization_config" in config:
+    if "quantization_config" in config and not quantized:
         raise ConvertError(f"{os.path.join(src, 'config.json')}: already has a quantization_config; convert an "
                            "unquantized checkpoint")
     indexes = [f for f in top if f.endswith("safetensors.index.json")]
