@@ -194,7 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 done = runner(case, n, args.repeats)
                 rows.extend(done)
-                print("\n".join(format_table(done).splitlines()[2:]), flush=True)  # as it goes; the table follows
+                # as it goes, on stderr: a run cut short still shows its rows; the whole table follows on stdout
+                print("\n".join(format_table(done).splitlines()[2:]), file=sys.stderr, flush=True)
             except Exception as exc:  # noqa: BLE001 - report and go on with the other cases
                 print(f"{case.name} at {_pow2(n)}: skipped ({type(exc).__name__}: {exc})")
     machine = machine_info(commit)
