@@ -383,7 +383,7 @@ def host_buffer(a) -> np.ndarray:
     h = np.ascontiguousarray(a)
     if h.strides != _c_strides(h.shape, h.itemsize):
         h = h.copy()
-    return h if h.dtype.isbuiltin == 1 else h.view(f"u{h.dtype.itemsize}")
+    return _as_plain(h)
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
@@ -394,9 +394,10 @@ def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _as_plain(d):
-    """A device array viewed as :func:`host_buffer` views its host counterpart (same dtype for the driver)."""
-    return d if d.dtype.isbuiltin == 1 else d.view(np.dtype(f"u{d.dtype.itemsize}"))
+def _as_plain(a):
+    """``a`` (host or device) with an ml_dtypes dtype viewed as unsigned integers of its size, the dtype numba's
+    driver copies (the same view on both sides of a copy)."""
+    return a if a.dtype.isbuiltin == 1 else a.view(np.dtype(f"u{a.dtype.itemsize}"))
 
 
 def to_device(a, stream=None):
@@ -442,6 +443,6 @@ def copy_back(pairs, stream) -> None:
     """Copy each ``(host result, device array)`` pair of a host result back, then synchronise once."""
     host = [(o, d) for o, d in pairs if not is_device_array(o)]
     for o, d in host:
-        _as_plain(d).copy_to_host(o if o.dtype.isbuiltin == 1 else o.view(f"u{o.dtype.itemsize}"), stream=stream)
+        _as_plain(d).copy_to_host(_as_plain(o), stream=stream)
     if host:
         stream.synchronize()
