@@ -38,11 +38,12 @@ extensions = [
     "sphinx.ext.intersphinx",
     "numpydoc",
     "nbquant_docs",
+    "nbquant_cli",
 ]
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
-exclude_patterns = ["_build", "_data", "_scripts", "_ext", "_templates", "Thumbs.db", ".DS_Store"]
+exclude_patterns = ["_build", "_data", "_scripts", "_ext", "_static", "_templates", "Thumbs.db", ".DS_Store"]
 templates_path = ["_templates"]
 
 # -- Markdown -------------------------------------------------------------------------------------------------
@@ -113,8 +114,17 @@ html_title = f"nbquant {release}"
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
+    "header_links_before_dropdown": 6,  # the five sections of the site, in the header
     "footer_start": ["copyright"],
     "footer_end": ["sphinx-version"],
 }
-html_static_path: list[str] = []
+# The home page lists the sections in its body: no empty "Section Navigation" beside it. Every other page is in a
+# section (tutorials, how-to guides, reference, explanation, project), whose pages the left sidebar lists.
+html_sidebars = {"index": []}
+html_context = {"default_mode": "auto"}  # the theme's light/dark switch starts from the reader's system setting
+html_static_path = ["_static"]
+html_css_files = ["nbquant.css"]  # code blocks wrap instead of scrolling sideways
+html_favicon = "_static/nbquant.svg"
 html_show_sourcelink = True
+# Signatures of the generated API wider than this are set one parameter a line.
+maximum_signature_line_length = 88

@@ -36,7 +36,8 @@ def test_html_builds_without_warnings(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     html = tmp_path / "html"
     for page in ("index", "install", "getting_started", "choosing", "backends", "changelog", "performance",
-                 "reference/index", "reference/compat", "reference/generated/nbquant.quantize"):
+                 "reference/index", "reference/api", "reference/cli", "reference/compat",
+                 "reference/generated/nbquant.quantize"):
         assert (html / f"{page}.html").is_file(), page
     figures = {p.name for p in (html / "_images").iterdir()}
     assert {"sqnr_grid.svg", "sqnr_vs_bits.svg", "value_grids.svg", "throughput.svg"} <= figures
