@@ -3,7 +3,7 @@
 The page ``docs/reference/cli.md`` holds only the directive; each build walks the argparse parser the ``nbquant``
 command runs, so a command, flag, default or help text added there appears here without an edit to the docs.
 For the top-level parser and each subcommand, the directive writes a section with the description, the usage
-line (argparse's own, 80 columns wide) and a table of the arguments: the spelling, what is required or the
+line (argparse's own, 64 columns wide) and a table of the arguments: the spelling, what is required or the
 default, and the help text (with the choices where argparse has them). The directive writes Markdown (the page is
 a MyST page, whose parser reads a directive's nested content), and each subcommand's section has the label
 ``cli-<command>`` for ``{ref}`` links.
@@ -19,12 +19,14 @@ from docutils.statemachine import StringList
 from sphinx.util.docutils import SphinxDirective
 from sphinx.util.nodes import nested_parse_with_titles
 
-USAGE_WIDTH = 80
+USAGE_WIDTH = 64  # what a code block of the pydata theme shows at a 1280-pixel window
 
 
 def _escape(text: str) -> str:
-    """``text`` with Markdown's inline markup characters taken literally (one line)."""
-    return re.sub(r"([\\`*_<>\[\]|{}#])", r"\\\1", " ".join(text.split()))
+    """``text`` on one line, Markdown's inline markup characters taken literally and each ``--flag`` set as
+    code (Sphinx's smart quotes would make its dashes an en dash)."""
+    text = re.sub(r"([\\`*_<>\[\]|{}#])", r"\\\1", " ".join(text.split()))
+    return re.sub(r"(?<![\w-])(--[a-z][\w-]*)", r"`\1`", text)
 
 
 def _usage(parser: argparse.ArgumentParser) -> str:
@@ -95,7 +97,7 @@ def cli_reference(parser: argparse.ArgumentParser) -> list[str]:
                     [(f"{{ref}}`{parser.prog} {name} <cli-{name}>`", _escape(helps.get(name, "")))
                      for name in sub.choices])
     for name, command in sub.choices.items():
-        lines += [f"(cli-{name})=", f"## `{command.prog}`", "", _escape(command.description or helps[name]), "",
+        lines += [f"(cli-{name})=", f"## {command.prog}", "", _escape(command.description or helps[name]), "",
                   *_code(_usage(command))]
         lines += _arguments([a for a in command._actions if not isinstance(a, argparse._HelpAction)])
     return lines
