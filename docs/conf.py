@@ -115,6 +115,9 @@ html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
     "header_links_before_dropdown": 6,  # the five sections of the site, in the header
+    # "On this page" on every page but the home page and the tutorials, whose code blocks get its width
+    "secondary_sidebar_items": {"**": ["page-toc", "sourcelink"], "index": [], "install": [],
+                                "getting_started": [], "tutorial_convert": [], "compile_cache": []},
     "footer_start": ["copyright"],
     "footer_end": ["sphinx-version"],
 }

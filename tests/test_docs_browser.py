@@ -10,7 +10,8 @@ Every page of ``docs/_build/html`` (or of ``$NBQUANT_DOCS_SITE``) is served on 1
 - the navigation has entries on every page: the left sidebar lists the pages of the section (the home page,
   which lists the sections in its body, has no sidebar, so no empty "Section Navigation" heading either); and
   every page but the home page has a "previous" link, every page but the last a "next";
-- no code block scrolls sideways (``scrollWidth`` wider than the box) at 1280 px.
+- no code block scrolls sideways (``scrollWidth`` wider than the box) at 1280 px (the site's stylesheet wraps long
+  lines), and on the key pages (:data:`KEY_PAGES`) every code block fits without that wrapping.
 
 Needs Chromium with its driver (Debian: ``apt-get install -y chromium chromium-driver``), selenium (the docs
 extra) and a built site (``sphinx-build -b html docs docs/_build/html``). Without one of them the module is
@@ -45,13 +46,21 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-dev-shm-usage", f"--window-size={WIDTH},{HEIGHT}")
 # Pages whose layout is Sphinx's own (the index of names, the search page): not reader pages.
+# The pages a newcomer reads first: their code blocks fit at 1280 px as written, without the site's wrapping.
+KEY_PAGES = ("index.html", "install.html", "getting_started.html", "tutorial_convert.html", "compile_cache.html",
+             "reference/cli.html")
 NOT_READER_PAGES = {"genindex.html", "search.html", "py-modindex.html"}
 
 # One pass over the page, in the browser: every figure the survey needs.
 SURVEY_JS = r"""
-const wide = [];
-for (const pre of document.querySelectorAll('article pre, .bd-article pre')) {
-  if (pre.scrollWidth > pre.clientWidth + 1) wide.push(pre.textContent.split('\n')[0].slice(0, 80));
+const wide = [], wrapped = [];
+for (const pre of document.querySelectorAll('.bd-article pre')) {
+  const first = pre.textContent.split('\n')[0].slice(0, 80);
+  if (pre.scrollWidth > pre.clientWidth + 1) wide.push(first);
+  const style = pre.style.whiteSpace;  // would it fit without the site's wrapping?
+  pre.style.whiteSpace = 'pre';
+  if (pre.scrollWidth > pre.clientWidth + 1) wrapped.push(first);
+  pre.style.whiteSpace = style;
 }
 return {
   loaded: document.readyState === 'complete' && document.querySelector('.bd-article') !== null,
@@ -66,6 +75,7 @@ return {
   prev: document.querySelectorAll('.prev-next-area a.left-prev').length,
   next: document.querySelectorAll('.prev-next-area a.right-next').length,
   wide_code: wide,
+  wrapped_code: wrapped,
 };
 """
 
@@ -97,6 +107,7 @@ class Survey:
     empty_nav: list[str] = field(default_factory=list)
     missing_prev_next: dict[str, str] = field(default_factory=dict)
     wide_code: dict[str, list[str]] = field(default_factory=dict)
+    wrapped_code: dict[str, list[str]] = field(default_factory=dict)  # fit only because the site wraps them
 
     def counts(self) -> dict[str, int]:
         """The figures a report quotes."""
@@ -106,7 +117,9 @@ class Survey:
                 "pages with empty navigation": len(self.empty_nav),
                 "pages missing previous/next": len(self.missing_prev_next),
                 "code blocks that scroll at 1280 px": sum(map(len, self.wide_code.values())),
-                "pages with such blocks": len(self.wide_code)}
+                "pages with such blocks": len(self.wide_code),
+                "code blocks wrapped to fit": sum(map(len, self.wrapped_code.values())),
+                "wrapped blocks on the key pages": sum(len(self.wrapped_code.get(p, ())) for p in KEY_PAGES)}
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -159,6 +172,8 @@ def survey(site: Path = SITE) -> Survey:
             result.broken_images[page] = found["broken_images"]
         if found["wide_code"]:
             result.wide_code[page] = found["wide_code"]
+        if found["wrapped_code"]:
+            result.wrapped_code[page] = found["wrapped_code"]
         if found["nav_entries"] == 0 and not (page == "index.html" and not found["nav_present"]):
             result.empty_nav.append(page)
         dead = [link for link in found["links"] if _dead(link, urljoin(base, page), base, site, seen)]
@@ -240,12 +255,18 @@ def test_code_blocks_fit_at_1280_px(site_survey):
     assert site_survey.wide_code == {}
 
 
+def test_key_pages_code_blocks_fit_without_wrapping(site_survey):
+    assert {page: site_survey.wrapped_code[page] for page in KEY_PAGES if page in site_survey.wrapped_code} == {}
+
+
 if __name__ == "__main__":
     found = survey(Path(sys.argv[1]) if len(sys.argv) > 1 else SITE)
     for name, count in found.counts().items():
         print(f"{count:6d}  {name}")
     for label, table in (("empty navigation", dict.fromkeys(found.empty_nav, "")),
                          ("dead links", found.dead_links), ("JavaScript errors", found.js_errors),
-                         ("broken images", found.broken_images), ("prev/next", found.missing_prev_next)):
+                         ("broken images", found.broken_images), ("prev/next", found.missing_prev_next),
+                         ("wrapped on a key page", {p: found.wrapped_code[p] for p in KEY_PAGES
+                                                    if p in found.wrapped_code})):
         for page, what in table.items():
             print(f"{label}: {page} {what}"[:300])

@@ -72,3 +72,29 @@ def test_numpy_inventory_is_up_to_date():
     script = DOCS / "_scripts" / "numpy_inventory.py"
     assert subprocess.run([sys.executable, str(script), "--check"]).returncode == 0, (
         f"docs/_data/numpy-objects.inv differs from {script.name}'s entries; run python {script}")
+
+
+def test_cli_reference_names_every_command_and_flag():
+    """docs/reference/cli.md is generated from the parser (docs/_ext/nbquant_cli.py): every subcommand gets a
+    section and every flag a row, whatever is added to nbquant/cli.py later."""
+    import argparse
+
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        from nbquant_cli import cli_reference
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
+    from nbquant.cli import _build_parser
+
+    parser = _build_parser(backend_names=False)
+    text = "\n".join(cli_reference(parser))
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert sub.choices, "no subcommands"
+    for name, command in sub.choices.items():
+        assert f"(cli-{name})=\n## nbquant {name}" in text, name
+        for action in command._actions:
+            for flag in action.option_strings:
+                if flag not in ("-h", "--help"):
+                    assert f"`{flag}" in text, (name, flag)
+            if not action.option_strings:
+                assert f"`{action.metavar or action.dest}`" in text, (name, action.dest)

@@ -113,6 +113,7 @@ class NbquantCli(SphinxDirective):
 
         parser = cli._build_parser(backend_names=False)  # the backends' names without importing the CUDA target
         self.env.note_dependency(cli.__file__)
+        self.env.note_dependency(__file__)
         container = nodes.section()
         container.document = self.state.document
         nested_parse_with_titles(self.state, StringList(cli_reference(parser), "nbquant/cli.py"), container)
