@@ -19,7 +19,8 @@ import pytest
 import nbquant
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-PAGES = sorted(p for p in DOCS.rglob("*.md") if p.parent.name != "compat" and "_build" not in p.parts)
+PAGES = sorted(p for p in DOCS.rglob("*.md")
+               if p.parent.name != "compat" and not ({"_build", "_data"} & set(p.parts)))
 COMPAT_MODULES = ("tripy", "tensorrt", "pypto", "torchao", "modelopt", "modelopt_qtensor", "modelopt_quantizer",
                   "onnx")
 
