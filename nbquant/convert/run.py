@@ -138,13 +138,13 @@ def _plan(ckpt: Checkpoint, codec: Codec, ignore: list[str],
     return plans, sel
 
 
-def _stamp(ckpt: Checkpoint, job: Job) -> dict:
+def _stamp(ckpt: Checkpoint, scheme_name: str, ignore: list[str], default_ignore: bool = True) -> dict:
     """The run, as its stamp records it: source, scheme, ignore list (and whether the defaults apply), source shards
     and every file it writes."""
     sources = {name: [os.path.getsize(f.path), os.path.getmtime(f.path)] for name, f in ckpt.shards.items()}
     files = sorted({*ckpt.shards, ckpt.index_name, "config.json", *ckpt.other_files})
-    return {"src": os.path.abspath(ckpt.root), "scheme": job.group_name, "ignore": job.ignore, "shards": sources,
-            "files": files, "default_ignore": job.default_ignore}
+    return {"src": os.path.abspath(ckpt.root), "scheme": scheme_name, "ignore": ignore, "shards": sources,
+            "files": files, "default_ignore": default_ignore}
 
 
 def _write_text(path: str, text: str) -> None:
@@ -365,14 +365,14 @@ def convert(
               log or (lambda line: None), scheduler, workers)
     ckpt = open_checkpoint(os.path.abspath(src) if scheduler else src)  # the workers' cwd is not ours
     check_destination(dst, ckpt.roots)
-    plans, sel = _plan(ckpt, job.codec, ignore, default_ignore)
+    plans, sel = _plan(ckpt, job.codec, job.ignore, job.default_ignore)
     dtypes = {plan.entry(i).numpy_dtype for plan in plans.values() for i in plan.items if i.name in plan.quantized}
     # Numba's import and cache load (~0.3 s) run while the files are prepared (on a cluster: in the workers)
     warm = _warm_up(job.codec, dtypes) if scheduler is None else None
     try:
-        with thread_limit(workers if scheduler is None else None):  # this call's kernels only
-            resume = prepare_destination(dst, _stamp(ckpt, job), overwrite)
-            rep = _run(job, ckpt, plans, sel, resume, warm)
+        with thread_limit(None if job.scheduler else job.workers):  # this call's kernels only
+            stamp = _stamp(ckpt, job.group_name, job.ignore, job.default_ignore)
+            rep = _run(job, ckpt, plans, sel, prepare_destination(dst, stamp, job.overwrite), warm)
     except OSError as e:
         where = e.filename or dst
         raise ConvertError(f"{where}: {e.strerror or e}") from None

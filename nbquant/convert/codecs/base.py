@@ -84,7 +84,9 @@ class Codec:
     """One compressed-tensors format: the checks, tensors, encoder and decoder of a ``Linear`` weight.
 
     Subclasses register under their format's name with ``@Codec.register("pack-quantized")`` and
-    are built with the :class:`~nbquant.convert.schemes.Scheme` whose weights they write.
+    are built with the :class:`~nbquant.convert.schemes.Scheme` whose weights they write. A family
+    of codecs for another container (GGUF's ggml types) is a subclass declaring its own
+    ``_registry = {}``: its ``register`` and ``get`` then keep to that family's names.
 
     Parameters
     ----------
