@@ -19,7 +19,7 @@ Examples
 
 from __future__ import annotations
 
-from .numerics import dequantize_weight, quantize_weight
+from .codecs import dequantize_weight, quantize_weight
 from .report import Report, TensorReport
 from .run import convert
 from .safetensors import ConvertError, SafetensorsFile, ShardWriter

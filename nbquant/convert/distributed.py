@@ -83,21 +83,21 @@ class ShardFeed:
         self.last = time.perf_counter()
 
 
-def _task(write_shard: Callable, path: str, plan, scheme, check: tuple[bool, bool], threads: int | None,
+def _task(write_shard: Callable, path: str, plan, codec, check: tuple[bool, bool], threads: int | None,
           queue: str, shard: str) -> list[TensorReport]:
     """One shard on a worker: ``write_shard`` (:func:`nbquant.convert.run.write_shard`) with a :class:`ShardFeed`."""
     if threads is None:  # the worker's cores shared among its task threads
-        from nbquant.threads import _usable_cpus
-
-        threads = max(1, _usable_cpus() // max(1, _import_distributed().get_worker().state.nthreads))
+        affinity = getattr(os, "sched_getaffinity", None)
+        cores = len(affinity(0)) if affinity else (os.cpu_count() or 1)
+        threads = max(1, cores // max(1, _import_distributed().get_worker().state.nthreads))
     feed = ShardFeed(queue, shard)
     try:
-        return write_shard(path, plan, scheme, check, feed, threads)
+        return write_shard(path, plan, codec, check, feed, threads)
     finally:
         feed.flush()
 
 
-def write_shards(address: str, dst: str, todo: dict, scheme, check: tuple[bool, bool], threads: int | None,
+def write_shards(address: str, dst: str, todo: dict, codec, check: tuple[bool, bool], threads: int | None,
                  bar: Progress, say: Callable[[str], None], write_shard: Callable) -> dict[str, list[TensorReport]]:
     """Write the shards of ``todo`` (name → ``ShardPlan``) into ``dst`` on the cluster at ``address``.
 
@@ -109,7 +109,8 @@ def write_shards(address: str, dst: str, todo: dict, scheme, check: tuple[bool, 
         The output folder, an absolute path the workers can write.
     todo : dict
         Shard name → its plan (picklable: entries, items and the source files' headers and paths).
-    scheme : Scheme
+    codec : Codec
+        The codec writing the weights (:func:`nbquant.convert.codecs.codec_for`; pickled to the workers).
     check : tuple of bool
         ``(check, full_check)`` of :func:`~nbquant.convert.convert`.
     threads : int or None
@@ -140,7 +141,7 @@ def write_shards(address: str, dst: str, todo: dict, scheme, check: tuple[bool, 
     with client:
         name = f"nbquant-convert-{uuid.uuid4().hex}"
         queue = distributed.Queue(name, client=client)
-        futures = {client.submit(_task, write_shard, os.path.join(dst, shard), plan, scheme, check, threads, name,
+        futures = {client.submit(_task, write_shard, os.path.join(dst, shard), plan, codec, check, threads, name,
                                  shard, key=f"{name}-{i}", pure=False): shard
                    for i, (shard, plan) in enumerate(todo.items())}
         totals = {shard: [sum(plan.nbytes(i) for i in plan.items), len(plan.items)] for shard, plan in todo.items()}

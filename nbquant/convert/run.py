@@ -20,22 +20,21 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
-import nbquant
-
-from .. import threads as threads_module
+from ..threads import thread_limit
 from .arguments import check_arguments
+from .codecs import Codec, WeightError, codec_for, dequantize_weight, quantize_weight
 from .destination import STAMP, check_destination, copy_into, prepare_destination
-from .numerics import check_weight, dequantize_weight, global_scale, nvfp4_block_amax, output_entries, quantize_weight
 from .plan import Checkpoint, Item, fused_groups, items, jobs, open_checkpoint
 from .policy import Selection, select
 from .report import Progress, Report, TensorReport, sqnr_db
 from .safetensors import BITS, ConvertError, SafetensorsFile, ShardWriter, layout, sync_dir
 from .schemes import Scheme, quantization_config
 
-__all__ = ["convert", "STAMP", "CHECK_ELEMENTS"]
+__all__ = ["convert", "Job", "STAMP", "CHECK_ELEMENTS"]
 
 #: At most this many elements of each weight (whole rows, every k-th) are dequantized for the report.
 CHECK_ELEMENTS = 1 << 16
@@ -59,12 +58,58 @@ class ShardPlan:
         return math.prod(item.shape) * BITS[self.entry(item).dtype] // 8
 
 
-def _plan(ckpt: Checkpoint, scheme: Scheme, ignore: list[str],
+@dataclass(frozen=True)
+class Job:
+    """One conversion as :func:`convert` was asked for it, every argument checked.
+
+    Attributes
+    ----------
+    source, destination : str
+        The checkpoint folders, as given.
+    scheme : Scheme
+        The preset; :attr:`codec` writes its weights.
+    group_name : str
+        The scheme as the caller spelled it: the config group's key, and the stamp's.
+    ignore : list of str
+        The ``ignore`` patterns; ``default_ignore`` adds :mod:`nbquant.convert.policy`'s.
+    default_ignore, check, full_check, overwrite : bool
+        As :func:`convert` takes them.
+    progress : bool or None
+        Draw the bar (None: when stderr is a terminal).
+    log : callable
+        Called with one line per step.
+    scheduler : str or None
+        A ``dask.distributed`` scheduler address (None: this process writes the shards).
+    workers : int or None
+        The kernels' threads (per task with a ``scheduler``).
+    """
+
+    source: str
+    destination: str
+    scheme: Scheme
+    group_name: str
+    ignore: list[str]
+    default_ignore: bool
+    check: bool
+    full_check: bool
+    overwrite: bool
+    progress: bool | None
+    log: Callable[[str], None]
+    scheduler: str | None
+    workers: int | None
+
+    @cached_property
+    def codec(self) -> Codec:
+        """The codec of :attr:`scheme`'s format."""
+        return codec_for(self.scheme)
+
+
+def _plan(ckpt: Checkpoint, codec: Codec, ignore: list[str],
           default_ignore: bool) -> tuple[dict[str, ShardPlan], Selection]:
     """Every output shard, planned, and what is kept: every bad weight or ignore pattern raises here, before
     anything is written."""
     cut = {shard: [(name, items(name, ckpt.shards[ckpt.weight_map[name]].entries[name].shape)) for name in names]
-           for shard, names in jobs(ckpt, fused=scheme.kind == "nvfp4").items()}
+           for shard, names in jobs(ckpt, fused=codec.fused).items()}
     sel = select(ckpt.config, {i.name: i.shape for job in cut.values() for _, its in job for i in its}, ignore,
                  default_ignore)
     plans = {}
@@ -76,12 +121,11 @@ def _plan(ckpt: Checkpoint, scheme: Scheme, ignore: list[str],
             for item in name_items:
                 shard_items.append(item)
                 if item.name not in sel.kept:
-                    check_weight(item.name, e.numpy_dtype if e.numpy_dtype is not None else e.dtype, item.shape,
-                                 scheme)
+                    codec.check(item.name, e.numpy_dtype if e.numpy_dtype is not None else e.dtype, item.shape)
                     module = item.name.rpartition(".")[0]
                     quantized[item.name] = module
                     entries += [(f"{module}.{suffix}", dt, shape) for suffix, dt, shape in
-                                output_entries(scheme, item.shape, e.numpy_dtype)]
+                                codec.entries(item.shape, e.numpy_dtype)]
                 else:
                     entries.append((item.name, e.dtype, item.shape))
         seen: set[str] = set()
@@ -113,7 +157,7 @@ def _write_text(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _check(name: str, x: np.ndarray, out: dict, scheme: Scheme, full: bool) -> TensorReport:
+def _check(name: str, x: np.ndarray, out: dict, codec: Codec, full: bool) -> TensorReport:
     """SQNR and max abs error of the dequantized weight against ``x``, on every k-th row (all rows when ``full``)."""
     n, k = x.shape
     step = 1 if full else max(1, math.ceil(n * k / CHECK_ELEMENTS))
@@ -124,23 +168,23 @@ def _check(name: str, x: np.ndarray, out: dict, scheme: Scheme, full: bool) -> T
     for start in range(0, n, chunk):
         sl = slice(start, min(n, start + chunk), step)
         ref = np.asarray(x[sl], np.float32)
-        err = dequantize_weight(out, scheme, x.dtype, sl).astype(np.float32) - ref
+        err = dequantize_weight(out, codec, x.dtype, sl).astype(np.float32) - ref
         r64, e64 = ref.ravel().astype(np.float64), err.ravel().astype(np.float64)  # one dtype: BLAS, not a loop
         signal += float(np.dot(r64, r64))
         noise += float(np.dot(e64, e64))
         worst = max(worst, float(np.abs(err).max()))
         rows += ref.shape[0]
-    return TensorReport(name, scheme.name, (n, k), str(x.dtype), sqnr_db(signal, noise), worst, rows)
+    return TensorReport(name, codec.scheme.name, (n, k), str(x.dtype), sqnr_db(signal, noise), worst, rows)
 
 
-def _warm_up(scheme: Scheme, dtypes: set) -> threading.Thread:
-    """Load the kernels ``scheme`` uses (Numba's import and cache load, ~0.4 s) on a thread, while files are copied."""
-    k = scheme.group_size or 128
+def _warm_up(codec: Codec, dtypes: set) -> threading.Thread:
+    """Load the kernels ``codec`` uses (Numba's import and cache load, ~0.4 s) on a thread, while files are copied."""
+    k = codec.scheme.group_size or 128
 
     def run() -> None:
         for h in dtypes:
             try:
-                quantize_weight(np.ones((2, k), h), scheme)
+                quantize_weight(np.ones((2, k), h), codec)
             except Exception:  # noqa: BLE001 - the real call reports any error
                 pass
     thread = threading.Thread(target=run, name="nbquant-convert-warm-up", daemon=True)
@@ -168,37 +212,38 @@ def _in_file(plan: ShardPlan, item: Item, error: ConvertError) -> ConvertError:
     return ConvertError(f"{plan.sources[item.source].path}: {error}")
 
 
-def _quantize_shard(writer: ShardWriter, plan: ShardPlan, scheme: Scheme, report: Report, progress: Progress,
+def _prepare(plan: ShardPlan, codec: Codec, todo: list[Item]) -> dict:
+    """What ``codec`` prepares for each complete fused set among the shard's weights: weight name → its share."""
+    by_name = {i.name: i for i in todo}
+    prepared: dict = {}
+    for group in fused_groups(i.name for i in plan.items):
+        members = {n: by_name[n] for n in group if n in by_name}
+        try:
+            prepared.update(codec.prepare({n: _load(plan, i) for n, i in members.items()}) if members else {})
+        except WeightError as e:
+            raise _in_file(plan, members[e.tensor], e) from None
+    return prepared
+
+
+def _quantize_shard(writer: ShardWriter, plan: ShardPlan, codec: Codec, report: Report, progress: Progress,
                     check: tuple[bool, bool], buffer: np.ndarray) -> None:
-    """Quantize and write the weights of one shard, one at a time (NVFP4: fused global scales first).
+    """Quantize and write the weights of one shard, one at a time (a fused codec prepares each fused set first).
 
     ``buffer`` (uint8, at least the largest weight's element count) receives the codes of each weight in turn.
     """
     todo = [item for item in plan.items if item.name in plan.quantized]
-    scales, amaxes = {}, {}
-    if scheme.kind == "nvfp4":  # a fused set's global scale is the maximum of its members' block amax
-        by_name = {i.name: i for i in todo}
-        for group in fused_groups(i.name for i in plan.items):
-            members = [by_name[n] for n in group if n in by_name]
-            for i in members:
-                w = _load(plan, i)
-                try:
-                    amaxes[i.name] = nvfp4_block_amax(i.name, w)
-                except ConvertError as e:
-                    raise _in_file(plan, i, e) from None
-            if members:
-                gs = global_scale(max(float(amaxes[i.name].max()) for i in members), plan.entry(members[0]).numpy_dtype)
-                scales.update(dict.fromkeys((i.name for i in members), gs))
+    prepared = _prepare(plan, codec, todo) if codec.fused else {}
     for item in todo:
         x = _load(plan, item)
         try:
-            out = quantize_weight(x, scheme, scales.get(item.name), item.name, buffer, amaxes.pop(item.name, None))
+            out = quantize_weight(x, codec, item.name, buffer, prepared.pop(item.name, None))
         except ConvertError as e:
             raise _in_file(plan, item, e) from None
         for suffix, arr in out.items():
             writer.write(f"{plan.quantized[item.name]}.{suffix}", arr)
-        report.quantized.append(_check(item.name, x, out, scheme, check[1]) if check[0] else
-                                TensorReport(item.name, scheme.name, item.shape, str(x.dtype), math.nan, math.nan, 0))
+        report.quantized.append(_check(item.name, x, out, codec, check[1]) if check[0] else
+                                TensorReport(item.name, codec.scheme.name, item.shape, str(x.dtype), math.nan,
+                                             math.nan, 0))
         del x, out
         progress.update(plan.nbytes(item))
 
@@ -249,8 +294,9 @@ def convert(
         load unquantized (:func:`nbquant.convert.policy.default_reason`); False: exactly
         ``model_free_ptq``'s choice (``--no-default-ignore``).
     workers : int, optional
-        Threads of nbquant's cpu kernels during the conversion (:func:`nbquant.set_num_threads`,
-        restored after); default: nbquant's setting (``NBQUANT_NUM_THREADS``, else every core).
+        At most this many threads of nbquant's cpu kernels for this call's work
+        (:func:`nbquant.threads.thread_limit`); default: nbquant's setting (``NBQUANT_NUM_THREADS``,
+        else every core).
         With ``scheduler``: the threads of each shard's task (default: the worker's cores over its
         threads).
     report : path, optional
@@ -311,29 +357,25 @@ def convert(
     ['model.embed_tokens', 'lm_head']
     """
     start = time.perf_counter()
-    src, dst, sch, ignore, report = check_arguments(
+    src, dst, preset, ignore, report = check_arguments(
         src, dst, scheme, ignore=ignore, default_ignore=default_ignore, workers=workers, report=report,
         overwrite=overwrite, progress=progress, check=check, full_check=full_check, log=log,
         scheduler=scheduler)  # all of them, before anything is read
+    job = Job(src, dst, preset, str(scheme), ignore, default_ignore, check, full_check, overwrite, progress,
+              log or (lambda line: None), scheduler, workers)
     ckpt = open_checkpoint(os.path.abspath(src) if scheduler else src)  # the workers' cwd is not ours
     check_destination(dst, ckpt.roots)
-    plans, sel = _plan(ckpt, sch, ignore, default_ignore)
+    plans, sel = _plan(ckpt, job.codec, job.ignore, job.default_ignore)
     dtypes = {plan.entry(i).numpy_dtype for plan in plans.values() for i in plan.items if i.name in plan.quantized}
     # Numba's import and cache load (~0.3 s) run while the files are prepared (on a cluster: in the workers)
-    warm = _warm_up(sch, dtypes) if scheduler is None else None
-    requested = list(threads_module._requested)  # the thread count as set (or not) before this call
+    warm = _warm_up(job.codec, dtypes) if scheduler is None else None
     try:
-        resume = prepare_destination(dst, _stamp(ckpt, str(scheme), ignore, default_ignore), overwrite)
-        if workers is not None and scheduler is None:
-            nbquant.set_num_threads(workers)
-        cluster = None if scheduler is None else (scheduler, workers)
-        rep = _run(ckpt, src, dst, sch, str(scheme), sel, plans, resume, progress, (check, full_check),
-                   log or (lambda line: None), warm, cluster)
+        with thread_limit(None if job.scheduler else job.workers):  # this call's kernels only
+            stamp = _stamp(ckpt, job.group_name, job.ignore, job.default_ignore)
+            rep = _run(job, ckpt, plans, sel, prepare_destination(dst, stamp, job.overwrite), warm)
     except OSError as e:
         where = e.filename or dst
         raise ConvertError(f"{where}: {e.strerror or e}") from None
-    finally:
-        threads_module._requested[:] = requested
     rep.seconds = time.perf_counter() - start
     if report is not None:
         try:
@@ -344,17 +386,19 @@ def convert(
     return rep
 
 
-def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, sel: Selection, plans, resume: bool,
-         progress: bool | None, check: tuple[bool, bool], say: Callable[[str], None],
-         warm: threading.Thread | None, cluster: tuple[str, int | None] | None = None) -> Report:
-    rep = Report(sch.name, src, dst)
+def _run(job: Job, ckpt: Checkpoint, plans: dict[str, ShardPlan], sel: Selection, resume: bool,
+         warm: threading.Thread | None) -> Report:
+    """Write ``plans`` (the shards still to write unless ``resume`` finds them finished), the index and the config."""
+    src, dst, say = job.source, job.destination, job.log
+    check = (job.check, job.full_check)
+    rep = Report(job.scheme.name, src, dst)
     for rel in ckpt.other_files:
         copy_into(dst, rel, os.path.join(src, rel))
     say(f"copied {len(ckpt.other_files)} file(s)")
     all_items = [(plan, item) for plan in plans.values() for item in plan.items]
     rep.skipped = [{"name": i.name, "reason": sel.kept[i.name]} for p, i in all_items if i.name not in p.quantized]
     rep.notes = list(sel.notes)
-    bar = Progress(len(all_items), sum(plan.nbytes(item) for plan, item in all_items), enabled=progress)
+    bar = Progress(len(all_items), sum(plan.nbytes(item) for plan, item in all_items), enabled=job.progress)
     weight_map: dict[str, str] = {}
     todo = {}
     for shard, plan in plans.items():
@@ -368,18 +412,20 @@ def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, sel: Se
             todo[shard] = plan
         weight_map.update(dict.fromkeys((name for name, _, _ in plan.entries), shard))
         rep.bytes_out += sum(b - a for a, b in offsets.values())
-    if cluster is None:
-        _write_local(dst, todo, sch, rep, bar, check, say, warm)
+    if job.scheduler is None:
+        _write_local(dst, todo, job.codec, rep, bar, check, say, warm)
     else:
         from .distributed import write_shards  # dask only here
 
-        reports = write_shards(cluster[0], os.path.abspath(dst), todo, sch, check, cluster[1], bar, say, write_shard)
+        reports = write_shards(job.scheduler, os.path.abspath(dst), todo, job.codec, check, job.workers, bar, say,
+                               write_shard)
         rep.quantized += [t for shard in todo for t in reports[shard]]  # the local run's order
     bar.close()
     rep.shards = list(plans)
     rep.bytes_in = ckpt.total_bytes
     quantized = any(plan.quantized for plan in plans.values())
-    config = dict(ckpt.config, quantization_config=quantization_config(scheme, sch, sel.ignore, quantized))
+    config = dict(ckpt.config, quantization_config=quantization_config(job.group_name, job.scheme, sel.ignore,
+                                                                           quantized))
     index = {"metadata": {"total_size": rep.bytes_out}, "weight_map": weight_map}
     _write_text(os.path.join(dst, ckpt.index_name), json.dumps(index, indent=2, sort_keys=True))
     _write_text(os.path.join(dst, "config.json"), json.dumps(config, indent=2, sort_keys=True))
@@ -388,7 +434,7 @@ def _run(ckpt: Checkpoint, src: str, dst: str, sch: Scheme, scheme: str, sel: Se
     return rep
 
 
-def _write_local(dst: str, todo: dict[str, ShardPlan], sch: Scheme, rep: Report, bar: Progress,
+def _write_local(dst: str, todo: dict[str, ShardPlan], codec: Codec, rep: Report, bar: Progress,
                  check: tuple[bool, bool], say: Callable[[str], None], warm: threading.Thread) -> None:
     """Write the shards of ``todo`` here: all kept tensors first (while the kernels load), then the weights."""
     buffer = np.empty(max((math.prod(i.shape) for p in todo.values() for i in p.items if i.name in p.quantized),
@@ -404,7 +450,7 @@ def _write_local(dst: str, todo: dict[str, ShardPlan], sch: Scheme, rep: Report,
             warm.join()
             closing = []
             for shard, plan in todo.items():
-                _quantize_shard(writers[shard], plan, sch, rep, bar, check, buffer)
+                _quantize_shard(writers[shard], plan, codec, rep, bar, check, buffer)
                 closing.append(closer.submit(writers[shard].close))  # sync and rename while the next one runs
                 say(f"wrote {shard}")
             for done in closing:
@@ -415,7 +461,7 @@ def _write_local(dst: str, todo: dict[str, ShardPlan], sch: Scheme, rep: Report,
         raise
 
 
-def write_shard(path: str, plan: ShardPlan, scheme: Scheme, check: tuple[bool, bool], progress,
+def write_shard(path: str, plan: ShardPlan, codec: Codec, check: tuple[bool, bool], progress,
                 threads: int | None = None) -> list[TensorReport]:
     """Write one output shard whole at ``path`` (a task of a distributed run): kept tensors, weights, sync, rename.
 
@@ -424,12 +470,12 @@ def write_shard(path: str, plan: ShardPlan, scheme: Scheme, check: tuple[bool, b
     Returns the reports of the weights quantized, in the plan's order.
     """
     buffer = np.empty(max((math.prod(i.shape) for i in plan.items if i.name in plan.quantized), default=0), np.uint8)
-    rep = Report(scheme.name, "", "")
+    rep = Report(codec.scheme.name, "", "")
     writer = ShardWriter(path, plan.entries)
     try:
-        with threads_module.thread_limit(threads):
+        with thread_limit(threads):
             _copy_kept(writer, plan, progress)
-            _quantize_shard(writer, plan, scheme, rep, progress, check, buffer)
+            _quantize_shard(writer, plan, codec, rep, progress, check, buffer)
         writer.close()
     except BaseException:
         writer.abort()
