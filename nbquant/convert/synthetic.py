@@ -28,18 +28,34 @@ import numpy as np
 
 from .safetensors import ShardWriter
 
-__all__ = ["write_synthetic_checkpoint", "llama_tensors", "MOE_LAYOUTS"]
+__all__ = ["write_synthetic_checkpoint", "llama_tensors", "attention_heads", "MOE_LAYOUTS"]
 
 
 #: The MoE layouts of :func:`llama_tensors`: the experts' module, their projections ``(name, transposed)`` and the
 #: ``config.json`` entries.
 MOE_LAYOUTS = {
     "qwen3_moe": ("mlp", [("down_proj", True), ("gate_proj", False), ("up_proj", False)],
-                  {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "head_dim": 64,
+                  {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
                    "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": []}),
     "mixtral": ("block_sparse_moe", [("w1", False), ("w2", True), ("w3", False)],
-                {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "head_dim": 64}),
+                {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral"}),
 }
+
+
+def attention_heads(hidden: int, kv_heads_ratio: int = 4) -> tuple[int, int, int]:
+    """``(head_dim, heads, kv_heads)`` of the synthetic model: heads of 64 (fewer when ``k_proj`` is smaller).
+
+    ``k_proj``/``v_proj`` have ``hidden // kv_heads_ratio`` rows; the config's head counts match them, so
+    that a client (transformers) runs the model, not only loads it.
+
+    Examples
+    --------
+    >>> attention_heads(4096), attention_heads(128)
+    ((64, 64, 16), (32, 4, 1))
+    """
+    kv = max(hidden // kv_heads_ratio, 1)
+    head_dim = min(64, kv)
+    return head_dim, max(hidden // head_dim, 1), max(kv // head_dim, 1)
 
 
 def llama_tensors(hidden: int, intermediate: int, layers: int, vocab: int, kv_heads_ratio: int = 4, *,
@@ -55,7 +71,8 @@ def llama_tensors(hidden: int, intermediate: int, layers: int, vocab: int, kv_he
     >>> [n for n, _ in llama_tensors(128, 256, 1, 64, moe="mixtral", experts=2) if "moe" in n]  # doctest: +ELLIPSIS
     ['model.layers.0.block_sparse_moe.experts.0.w1.weight', ..., 'model.layers.0.block_sparse_moe.gate.weight']
     """
-    kv = max(hidden // kv_heads_ratio, 1)
+    head_dim, _, kv_heads = attention_heads(hidden, kv_heads_ratio)
+    kv = head_dim * kv_heads
     out: list[tuple[str, tuple[int, ...]]] = [("model.embed_tokens.weight", (vocab, hidden))]
     for i in range(layers):
         p = f"model.layers.{i}."
@@ -67,7 +84,7 @@ def llama_tensors(hidden: int, intermediate: int, layers: int, vocab: int, kv_he
             mlp = [(p + f"{block}.experts.{e}.{m}.weight", (hidden, intermediate) if down else (intermediate, hidden))
                    for e in range(experts) for m, down in projections]
             mlp.append((p + f"{block}.gate.weight", (experts, hidden)))
-        norms = [(p + f"self_attn.{m}.weight", (64,)) for m in ("k_norm", "q_norm")] if moe == "qwen3_moe" else []
+        norms = [(p + f"self_attn.{m}.weight", (head_dim,)) for m in ("k_norm", "q_norm")] if moe == "qwen3_moe" else []
         out += [(p + "input_layernorm.weight", (hidden,)), *mlp,
                 (p + "post_attention_layernorm.weight", (hidden,)),
                 (p + "self_attn.k_proj.weight", (kv, hidden)), *norms[:1],
@@ -156,9 +173,10 @@ def write_synthetic_checkpoint(path: str | os.PathLike, *, hidden: int = 1024, i
     if index:
         with open(os.path.join(path, "model.safetensors.index.json"), "w", encoding="utf-8") as f:
             json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    head_dim, heads, kv_heads = attention_heads(hidden)
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
               "intermediate_size": intermediate, "num_hidden_layers": layers, "vocab_size": vocab,
-              "num_attention_heads": max(hidden // 64, 1), "num_key_value_heads": max(hidden // 256, 1),
+              "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
               "rms_norm_eps": 1e-5, "torch_dtype": dtype, "tie_word_embeddings": tie_word_embeddings}
     if moe is not None:
         config.update(MOE_LAYOUTS[moe][2], num_experts_per_tok=min(2, experts),
