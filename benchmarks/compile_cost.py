@@ -41,8 +41,8 @@ def _short(sig) -> str:
     import re
 
     text = ", ".join(str(a) for a in sig)
-    text = re.sub(r"array\((\w+), (\d)d, (\w)\)", lambda m: f"{m[1]}[{m[2]}{m[3]}]", text)
     text = re.sub(r"readonly array\((\w+), (\d)d, (\w)\)", lambda m: f"ro {m[1]}[{m[2]}{m[3]}]", text)
+    text = re.sub(r"array\((\w+), (\d)d, (\w)\)", lambda m: f"{m[1]}[{m[2]}{m[3]}]", text)
     for long, short in (("float", "f"), ("uint", "u"), ("int", "i"), ("bool", "b")):
         text = text.replace(long, short)
     return text

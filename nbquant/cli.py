@@ -395,9 +395,9 @@ def _demo(args: argparse.Namespace) -> int:
             mismatches += not row.equals_reference
             first_calls += row.first_call_s
             print(format_row(row), flush=True)
-    print(demo.compile_note(watch.signatures, watch.seconds, first_calls))
     print("\n".join(LEGEND))
     print(_machine_line(machine_info()))
+    print(demo.compile_note(watch.signatures, watch.seconds, first_calls))
     if args.convert:
         _demo_convert()
     if mismatches:
