@@ -6,7 +6,7 @@ signature loaded from the on-disk cache is no compile) and charges each to the t
 At the end of the session it writes one JSON line per compile to ``FILE`` (test, kernel,
 signature, wall and cpu seconds of the compiling thread) and prints the tests that spent the
 most compiling. Run it with an empty ``NUMBA_CACHE_DIR`` to see what a cold run (a fresh
-clone) compiles: docs/testing.md, "Cold runs".
+clone) compiles.
 """
 
 from __future__ import annotations
