@@ -280,3 +280,16 @@ def test_compile_cost_table_cold_and_warm(tmp_path):
     assert {row["kernel"] for row in result["signatures"]} == {"nvfp4_quantize_kernel", "nvfp4_dequantize_kernel"}
     assert all(row["cpu_s"] > 0 and row["load_ms"] is not None for row in result["signatures"])
     assert "nvfp4" in res.stdout.splitlines()[-1] and "2 signature(s) compiled" in res.stdout
+
+
+def test_small_call_profile_adds_up(capsys):
+    from benchmarks import small_call
+
+    assert small_call.main(["--n", "64", "--calls", "70"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("small call: quantize 64 float32 -> int8 per-tensor")
+    first = float(lines[1].split()[0])
+    start = next(i for i, line in enumerate(lines) if line.startswith("by step")) + 1
+    steps = {line.split("%", 1)[1].strip(): float(line.split()[0]) for line in lines[start:]}
+    assert "validation" in steps and "kernel call (numba dispatch + kernel)" in steps
+    assert sum(steps.values()) == pytest.approx(first, rel=0.01)
