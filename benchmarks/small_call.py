@@ -29,15 +29,15 @@ import numpy as np
 
 #: Steps of a call, by the module (a substring of its path or name) a function is defined in; first match wins.
 STEPS = (
-    ("validation", ("nbquant/validation", "nbquant/formats", "nbquant/modes", "nbquant/spec")),
-    ("layout", ("nbquant/layout",)),
-    ("backend choice", ("nbquant/backends/__init__", "nbquant/backends/_device", "nbquant/_dask")),
-    ("output allocation", ("nbquant/_memory", "nbquant/codes")),
-    ("thread count", ("nbquant/threads",)),
-    ("kernel call (numba dispatch + kernel)", ("nbquant/backends/cpu/_kernel", "nbquant/backends/cpu/elementwise",
-                                              "<built-in method builtins.sum>")),
-    ("cpu backend glue", ("nbquant/backends/cpu", "nbquant/backends/_views")),
-    ("front door (api)", ("nbquant/api",)),
+    ("validation", ("nbquant/validation.py", "nbquant/formats.py", "nbquant/modes.py", "nbquant/spec.py")),
+    ("layout", ("nbquant/layout.py",)),
+    ("backend choice", ("nbquant/backends/__init__.py", "nbquant/backends/_device.py", "nbquant/_dask/")),
+    ("output allocation", ("nbquant/_memory.py", "nbquant/codes.py")),
+    ("thread count", ("nbquant/threads.py",)),
+    ("kernel call (numba dispatch + kernel)", ("nbquant/backends/cpu/_kernel.py",
+                                              "nbquant/backends/cpu/elementwise.py", "<built-in method builtins.sum>")),
+    ("cpu backend glue", ("nbquant/backends/cpu/", "nbquant/backends/_views.py")),
+    ("front door (api)", ("nbquant/api.py",)),
 )
 
 
