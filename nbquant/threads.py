@@ -2,8 +2,9 @@
 
 The count is, in order: the last :func:`set_num_threads`, else the environment
 variable ``NBQUANT_NUM_THREADS``, else the CPUs this process may run on (its affinity
-mask). The cpu backend runs each large call as that many parts, one on the calling
-thread and the rest on a pool of worker threads (see ``nbquant/backends/cpu/_kernel.py``).
+mask, read once per process). The cpu backend runs each large call as that many parts,
+one on the calling thread and the rest on a pool of worker threads; a call of less than
+4 MiB runs on the calling thread alone (see ``nbquant/backends/cpu/_kernel.py``).
 Inside :func:`thread_limit` the count is capped for the calls of that thread only: the
 dask chunk calls use it so that dask's threads times nbquant's do not exceed the cores
 (docs/dask.md). This module imports nothing heavy: reading or setting the count starts no
@@ -27,21 +28,38 @@ _requested: list[int] = []
 _limit: ContextVar[int | None] = ContextVar("nbquant_thread_limit", default=None)
 
 
+#: The CPUs of this process's affinity mask, read on first use (a system call; every cpu kernel call asks).
+_cpus: list[int] = []
+#: The last ``NBQUANT_NUM_THREADS`` text read and the count it gave, so each call does not parse it again.
+_parsed: list[tuple[str, int | None]] = [("", None)]
+
+
 def _usable_cpus() -> int:
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity else (os.cpu_count() or 1)
+    if not _cpus:
+        affinity = getattr(os, "sched_getaffinity", None)
+        _cpus.append(len(affinity(0)) if affinity else (os.cpu_count() or 1))
+    return _cpus[0]
+
+
+os.register_at_fork(after_in_child=_cpus.clear)  # a child may be given other CPUs
 
 
 def _from_environment() -> int | None:
-    text = os.environ.get(ENV_VAR, "").strip()
-    if not text:
-        return None
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError(f"{ENV_VAR}={text!r}: expected a positive integer thread count, e.g. {ENV_VAR}=4")
+    text = os.environ.get(ENV_VAR, "")
+    last, n = _parsed[0]
+    if text == last:
+        return n
+    stripped = text.strip()
+    if not stripped:
+        n = None
+    else:
+        try:
+            n = int(stripped)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"{ENV_VAR}={stripped!r}: expected a positive integer thread count, e.g. {ENV_VAR}=4")
+    _parsed[0] = (text, n)
     return n
 
 

@@ -112,8 +112,6 @@ def warm_numba_cache() -> None:
     import nbquant
 
     x = np.random.default_rng(0).standard_normal((6, 16)).astype(np.float32)
-    for dtype in (np.float16, ml_dtypes.bfloat16, np.float64):  # the tests reach these last
-        nbquant.quantize_dynamic(x.astype(dtype), "int4", block_size=(1, 8), backend="cpu")
     nbquant.quantize_dynamic(x, "int16", axis=0, backend="cpu")
     for dtype in (np.float16, ml_dtypes.bfloat16, np.float64):
         xx = x.astype(dtype)

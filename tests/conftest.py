@@ -65,6 +65,10 @@ def tier(config) -> str:
 
 def pytest_configure(config):
     chosen = tier(config)
+    if os.environ.get("NBQUANT_COMPILE_LOG"):  # which tests compile which kernels (tests/_compile_log.py)
+        from _compile_log import CompileLog
+
+        config.pluginmanager.register(CompileLog(os.environ["NBQUANT_COMPILE_LOG"]), "nbquant-compile-log")
     if config.getoption("--parity"):
         _require_peers()
     if not config.getoption("hypothesis_profile", None):  # an explicit --hypothesis-profile wins

@@ -237,3 +237,59 @@ def test_asv_builds_a_commit_runs_and_publishes(tmp_path):
     pub = _run([*asv, "publish", "--config", str(cfg)], tmp_path, env, timeout=300)
     assert pub.returncode == 0, pub.stdout + pub.stderr
     assert (tmp_path / "html" / "index.html").exists()
+
+
+def test_compile_cost_rows_and_signatures():
+    from numba import types
+
+    from benchmarks import compile_cost
+
+    sig = (types.int64, types.Array(types.float32, 3, "C"), types.Array(types.uint8, 2, "C", readonly=True),
+           types.boolean)
+    assert compile_cost._short(sig) == "i64, f32[3C], ro u8[2C], b"
+    result = {"target": "int8-per-tensor", "cold_first_s": 9.5, "cold_first_cpu_s": 9.0, "warm_first_ms": 3.25,
+              "warm_compiled": 0, "signatures": [
+                  {"kernel": "quantize_kernel", "signature": "i64", "wall_s": 9.0, "cpu_s": 8.5, "front": 5.0,
+                   "typing": 1.0, "lowering": 2.0, "llvm": 1.5, "load_ms": 4.0}]}
+    lines = compile_cost.format_rows(result)
+    assert lines[0].split() == ["int8-per-tensor", "quantize_kernel", "9.00", "8.50", "5.00", "1.00", "2.00", "1.50",
+                                "4.0", "i64"]
+    assert lines[1].endswith("1 signature(s) compiled; cold first call 9.50 s (9.00 s cpu), warm first call 3.2 ms "
+                             "(0 compiled warm)")
+    assert compile_cost.HEADER.split()[:3] == ["target", "kernel", "wall"]
+
+
+def test_compile_cost_measures_a_call_in_process():
+    from benchmarks import compile_cost
+
+    first = compile_cost.measure("int8-per-tensor", "float32")  # compiles or loads, as this session's cache has it
+    again = compile_cost.measure("int8-per-tensor", "float32")
+    assert again["compiled"] == [] and again["loaded"] == []  # both signatures are in memory now
+    assert {row["kernel"] for row in first["compiled"] + first["loaded"]} <= {"quantize_kernel", "dequantize_kernel"}
+    assert all(row["cpu_s"] > 0 and row["front"] >= 0 and row["llvm"] >= 0 for row in first["compiled"])
+
+
+@pytest.mark.full(reason="compiles a target cold, then loads it, in two fresh processes")
+def test_compile_cost_table_cold_and_warm(tmp_path):
+    out = tmp_path / "cost.json"
+    res = _run([sys.executable, "-m", "benchmarks.compile_cost", "--targets", "nvfp4", "--json", str(out)], ROOT,
+               timeout=900)
+    assert res.returncode == 0, res.stderr
+    (result,) = json.loads(out.read_text())["results"]
+    assert result["target"] == "nvfp4" and result["warm_compiled"] == 0
+    assert {row["kernel"] for row in result["signatures"]} == {"nvfp4_quantize_kernel", "nvfp4_dequantize_kernel"}
+    assert all(row["cpu_s"] > 0 and row["load_ms"] is not None for row in result["signatures"])
+    assert "nvfp4" in res.stdout.splitlines()[-1] and "2 signature(s) compiled" in res.stdout
+
+
+def test_small_call_profile_adds_up(capsys):
+    from benchmarks import small_call
+
+    assert small_call.main(["--n", "64", "--calls", "70"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("small call: quantize 64 float32 -> int8 per-tensor")
+    first = float(lines[1].split()[0])
+    start = next(i for i, line in enumerate(lines) if line.startswith("by step")) + 1
+    steps = {line.split("%", 1)[1].strip(): float(line.split()[0]) for line in lines[start:]}
+    assert "validation" in steps and "kernel call (numba dispatch + kernel)" in steps
+    assert sum(steps.values()) == pytest.approx(first, rel=0.01)

@@ -336,3 +336,76 @@ def test_sqnr():
     x = np.array([3.0, 4.0], np.float32)
     assert demo.sqnr_db(x, x) == float("inf")
     assert demo.sqnr_db(x, np.zeros(2, np.float32)) == pytest.approx(0.0)
+
+
+# nbquant precompile, and what the demo says about compiling.
+
+
+def test_demo_says_what_its_first_calls_compiled(capsys):
+    assert cli.main(["demo", "--size", "8x64", "--backend", "cpu", "--repeats", "1", "--no-convert"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    machine = next(i for i, line in enumerate(lines) if line.startswith("machine: "))
+    assert re.fullmatch(r"compile: (none, every kernel was loaded from numba's on-disk cache \(first calls [\d.]+ s "
+                        r"in all\)|the first calls compiled \d+ kernel signature\(s\) in [\d.]+ s of their [\d.]+ s; "
+                        r"numba's on-disk cache keeps them, .*nbquant precompile.*)", lines[machine + 1])
+
+
+def test_precompile_in_process_and_its_summary(capsys):
+    assert cli.main(["precompile", "int8-per-tensor", "--jobs", "1", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert re.fullmatch(r"nbquant precompile: 1 target\(s\), \d+ kernel signature\(s\) compiled in [\d.]+ s into .+; "
+                        r"later processes load them from there\n", out)
+
+
+def test_precompile_lists_targets_and_groups(capsys):
+    from nbquant.precompile import GROUPS, TARGETS
+
+    assert cli.main(["precompile", "--list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[1:] == list(TARGETS)
+    assert [line.split(":")[0] for line in out[1:]] == [f"group {g}" for g in GROUPS]
+    assert "convert:W4A16" in GROUPS["demo"] and all(n.startswith("convert:") for n in GROUPS["convert"])
+
+
+def test_precompile_rejects_an_unknown_target_in_one_line(capsys):
+    assert cli.main(["precompile", "int9"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("nbquant precompile: error: target 'int9': expected one of the groups demo, convert, all")
+    assert err.count("\n") == 1
+
+
+def test_precompile_rejects_a_bad_dtype_and_jobs(capsys):
+    from nbquant.precompile import precompile
+
+    for argv in (["precompile", "--dtype", "int8"], ["precompile", "--jobs", "0"]):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(argv)
+        assert exc.value.code == 2
+    with pytest.raises(ValueError, match="jobs=0"):
+        precompile(["nvfp4"], jobs=0)
+    with pytest.raises(ValueError, match="dtypes=\\['int8'\\]"):
+        precompile(["nvfp4"], ["int8"])
+
+
+def test_precompile_targets_and_groups_resolve_once_each():
+    from nbquant.precompile import GROUPS, resolve_targets
+
+    assert resolve_targets(None) == list(GROUPS["demo"])
+    assert resolve_targets(["nvfp4", "w4a16", "convert:W4A16", "nvfp4"]) == ["nvfp4", "convert:W4A16"]
+    assert resolve_targets(["all"]) == list(GROUPS["all"])
+
+
+@pytest.mark.full(reason="compiles two targets cold in three fresh processes (about 20 s of cpu)")
+def test_precompile_fills_the_cache_a_new_process_loads(tmp_path):
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    cmd = [sys.executable, "-m", "nbquant", "precompile", "nvfp4", "mxfp8-e4m3", "--jobs", "2"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert re.match(r"nbquant precompile: 2 target\(s\), [1-9]\d* kernel signature\(s\) compiled in [\d.]+ s into "
+                    + re.escape(str(tmp_path)), done.stdout)
+    code = ("from nbquant.precompile import compile_watch, TARGETS\n"
+            "with compile_watch() as w:\n"
+            "    TARGETS['nvfp4']('float32'); TARGETS['mxfp8-e4m3']('float32')\n"
+            "print(w.signatures)")
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
+    assert again.stdout.split() == ["0"], again.stderr

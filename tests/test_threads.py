@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -150,3 +151,22 @@ def test_thread_count_from_the_environment(monkeypatch, threads):
     monkeypatch.setenv("NBQUANT_NUM_THREADS", "many")
     with pytest.raises(ValueError, match=r"NBQUANT_NUM_THREADS='many': expected a positive integer"):
         nbquant.get_num_threads()
+
+
+def test_small_calls_start_no_worker_thread():
+    """A call too small to split runs on the calling thread: no worker thread exists until a large call."""
+    code = textwrap.dedent("""
+        import threading, numpy as np, nbquant
+        workers = lambda: sum(t.name.startswith("nbquant-cpu") for t in threading.enumerate())
+        x = np.linspace(-1, 1, 4096, dtype=np.float32)
+        for _ in range(3):
+            q = nbquant.quantize(x, np.float32(0.01), "int8", backend="cpu")
+            nbquant.dequantize(q, np.float32(0.01), backend="cpu")
+        small = workers()
+        nbquant.quantize(np.resize(x, 1 << 21), np.float32(0.01), "int8", backend="cpu")
+        print(small, workers())
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True,
+                          env={**os.environ, "NBQUANT_NUM_THREADS": "4"})
+    small, large = map(int, done.stdout.split())
+    assert small == 0 and large >= 1  # the pool starts a thread per part only while none is idle
