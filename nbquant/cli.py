@@ -432,6 +432,12 @@ def _demo_convert() -> None:
         print(format_table(report))
 
 
+def _inspect(args: argparse.Namespace) -> int:
+    from nbquant.convert.inspect import run as inspect_run
+
+    return inspect_run(args.path, as_json=args.json, group=not args.all)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``nbquant`` command line and return its exit status.
 
@@ -463,21 +469,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] in (["convert"], ["inspect"]):  # an unrecognized argument of these is the top parser's error
         parser.error = functools.partial(_one_line_error, parser, command=argv[0])
     args = parser.parse_args(argv)
-    if args.command == "inspect":
-        from nbquant.convert.inspect import run as inspect_run
-
-        return inspect_run(args.path, as_json=args.json, group=not args.all)
-    if args.command == "convert":
-        return _convert(args)
-    if args.command == "precompile":
-        return _precompile(args)
-    if args.command == "demo":
-        try:
-            return _demo(args)
-        except BrokenPipeError:  # e.g. `nbquant demo | head`: stop quietly, as other Unix tools do
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 1
-    raise AssertionError(f"unhandled command {args.command!r}")  # argparse only accepts known commands
+    commands = {"inspect": _inspect, "convert": _convert, "precompile": _precompile, "demo": _demo}
+    try:
+        return commands[args.command](args)
+    except BrokenPipeError:  # e.g. `nbquant inspect DIR | head`: stop quietly, as other Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def run() -> None:

@@ -102,3 +102,16 @@ def test_broken_folder_is_one_line(tmp_path, capsys, folders, damage):
     status, out, err = _inspect(capsys, folder)
     assert (status, out) == (1, "")
     assert err.startswith("nbquant inspect: error: ") and err.count("\n") == 1
+
+
+def test_a_closed_pipe_ends_quietly(folders):
+    """`nbquant inspect DIR | true`: the reader is gone before the first line; no traceback, exit status 1."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run(["bash", "-c", f"{sys.executable} -m nbquant inspect "
+                           f"{folders / 'W4A16'} --all | true; echo \"status ${{PIPESTATUS[0]}}\" >&2"],
+                          capture_output=True, text=True, cwd=root)
+    assert proc.stderr == "status 1\n", proc.stderr
