@@ -34,7 +34,7 @@ from .backends import device_code_input, device_float_input, is_device_array
 from .blocks import BlockSpec, block_format_names, get_block_format
 from .blocks._rows import check_blocking, run_dequantize, run_quantize
 from .blocks.mx import MXParams
-from .blocks.nvfp4 import NVFP4Params, amax_global_scale
+from .blocks.nvfp4 import NVFP4Params
 from .formats import QuantFormat, get_format
 from .validation import check_bool, check_choice, check_float_scalar, check_int, check_out_dtype
 
@@ -297,14 +297,10 @@ def quantize_nvfp4(
     >>> bq.global_scale, bq.scales.astype(np.float32), bq.data
     (np.float32(0.002232143), array([448.], dtype=float32), array([161,  116], dtype=uint8))
     """
-    lazy = is_dask_array(x)
-    x = device_float_input(x, lazy=lazy)
+    x = device_float_input(x, lazy=is_dask_array(x))
     k, b = check_blocking(tuple(x.shape), axis, block_size, True)
     g = None if global_scale is None else check_float_scalar("global_scale", global_scale, positive=True)
-    if lazy and g is None:  # the global amax is a dask reduction first: two passes over x
-        from ._dask import engine
-
-        g = engine.chunk_amax(x, backend).map_blocks(amax_global_scale, dtype=np.float32)
+    # without one, the global scale is computed from amax(x) first (a dask reduction for a dask x): two passes
     (data, scales), spec = run_quantize(x, BlockSpec(_NVFP4, b, NVFP4Params(g)), k, backend)
     return BlockQuantized(data, scales, "nvfp4", k, b, True, spec.params.global_scale)
 

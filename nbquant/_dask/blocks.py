@@ -46,23 +46,38 @@ def _chunk_dequantize(first, *, name: str, names: tuple[str, ...], out_dtype, ba
     return run_dequantize((first, *rest), spec, axis, n, backend)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Reductions:
+    """What a format's :meth:`~nbquant.blocks.BlockFormat.prepare` may ask of a dask input: lazy whole-array
+    reductions."""
+
+    backend: str | None
+
+    def amax(self, x):
+        """``max |x|`` over the whole of ``x``: a 0-d dask array."""
+        return engine.chunk_amax(x, self.backend)
+
+
 def quantize_lazy(x, spec: BlockSpec, axis: int, backend, *, per_chunk=None, align: int | None = None,
-                  block_info: bool = False) -> tuple:
-    """The format's tensors of a dask ``x`` (blocks along ``axis``), as dask arrays of their public dtypes.
+                  block_info: bool = False) -> tuple[tuple, BlockSpec]:
+    """The format's tensors of a dask ``x`` (blocks along ``axis``) as dask arrays of their public dtypes, and the
+    spec with its prepared (possibly dask) parameters.
 
     ``per_chunk(chunk, axis=..., block_size=..., **params)`` (default: the format's own
     quantize) returns a chunk's tensors; ``align`` (a multiple of the block) keeps more
     whole blocks together in a chunk; ``block_info`` passes dask's chunk location on.
     """
+    spec = dataclasses.replace(spec, params=spec.format.prepare(x, spec.params, _Reductions(backend)))
     b = spec.block_size
     fmt = spec.format
     outputs = [engine.Output("data", t.public_dtype, (b, t.per_block)) for t in spec.tensors]
     n = int(x.shape[axis])
     layout = resolve_layout(tuple(x.shape), axis, min(align, max(n, 1)) if align else b)
     per_chunk = per_chunk or functools.partial(_chunk_quantize, name=fmt.name, backend=backend)
-    return tuple(engine.map_layout(per_chunk, x, layout, outputs, pack_axis=axis, arguments=False,
-                                   block_info=block_info, token=f"nbquant-{fmt.name}", axis=axis, block_size=b,
-                                   **_params(spec)))
+    tensors = engine.map_layout(per_chunk, x, layout, outputs, pack_axis=axis, arguments=False,
+                                block_info=block_info, token=f"nbquant-{fmt.name}", axis=axis, block_size=b,
+                                **_params(spec))
+    return tuple(tensors), spec
 
 
 def dequantize_lazy(tensors: tuple, spec: BlockSpec, axis: int, n: int, backend, *, per_chunk=None, **kwargs):

@@ -115,9 +115,9 @@ class BlockFormat:
     def prepare(self, x, params, impl):
         """The parameters of a quantize call once the input is known (default: ``params`` unchanged).
 
-        ``x`` is the whole (host or device) input and ``impl`` the backend; a lazy call runs
-        this per chunk, so a format whose parameters depend on the whole input computes them
-        in its front door first.
+        ``x`` is the whole input and ``impl`` the backend. For a dask ``x``, ``impl`` offers
+        the whole-array reductions (``amax``) as dask arrays, and a parameter may be a dask
+        value (computed before the chunks run); each chunk then sees it prepared.
         """
         return params
 

@@ -104,14 +104,13 @@ def run_quantize(x, spec: BlockSpec, axis: int, backend, **lazy_options) -> tupl
     """Quantize a checked input (host, device or dask): the tensors in their public dtypes, and the spec used.
 
     The spec's parameters are the format's :meth:`~nbquant.blocks.BlockFormat.prepare`\\ d
-    ones (a lazy call prepares per chunk, so its front door prepares whole-input parameters
-    first); ``lazy_options`` go to :func:`nbquant._dask.blocks.quantize_lazy` (a chunk call,
+    ones; ``lazy_options`` go to :func:`nbquant._dask.blocks.quantize_lazy` (a chunk call,
     an alignment) when ``x`` is a dask array.
     """
     if is_dask_array(x):
         from .._dask.blocks import quantize_lazy
 
-        return quantize_lazy(x, spec, axis, backend, **lazy_options), spec
+        return quantize_lazy(x, spec, axis, backend, **lazy_options)
     impl = resolve_backend(backend, (x,))
     spec = replace(spec, params=spec.format.prepare(x, spec.params, impl))
     tensors = quantize_rows(impl, x, spec, axis)

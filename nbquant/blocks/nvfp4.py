@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from .._dask import is_dask_array
 from ._format import BlockFormat, Tensor
 
 __all__ = ["NVFP4", "NVFP4Params", "amax_global_scale"]
@@ -55,10 +56,13 @@ class NVFP4(BlockFormat, name="nvfp4"):
         return 2
 
     def prepare(self, x, params: NVFP4Params, impl) -> NVFP4Params:
-        """The global scale from the backend's ``amax(x)`` when none is given."""
+        """The global scale from the backend's ``amax(x)`` when none is given (a dask amax maps lazily)."""
         if params.global_scale is not None:
             return params
-        return NVFP4Params(amax_global_scale(impl.amax(x)))
+        amax = impl.amax(x)
+        if is_dask_array(amax):
+            return NVFP4Params(amax.map_blocks(amax_global_scale, dtype=np.float32))
+        return NVFP4Params(amax_global_scale(amax))
 
     def tensors(self, spec) -> tuple[Tensor, ...]:
         """``data`` (packed e2m1) and ``scales`` (E4M3), one per block."""
