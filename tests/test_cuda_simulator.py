@@ -28,7 +28,7 @@ from nbquant.backends import BackendUnavailableError, is_device_array, use_cuda_
 ROOT = Path(__file__).resolve().parents[1]
 #: What the default tier's simulator run collects; the full tier collects all of ``tests``.
 DEFAULT_TIER_MODULES = ("tests/test_cuda_kernel_families.py", "tests/test_fuzz_special_values.py",
-                        "tests/test_cuda_simulator.py")
+                        "tests/test_block_registry.py", "tests/test_cuda_simulator.py")
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 CUDA = {b.name: b for b in nbquant.backends()}["cuda"]
 needs_cuda = pytest.mark.skipif(not CUDA.available, reason=f"cuda backend unavailable: {CUDA.reason}")

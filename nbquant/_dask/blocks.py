@@ -4,46 +4,25 @@
 :class:`~nbquant.blocks.BlockSpec`, the blocked axis) and map it over the chunks with
 :func:`nbquant._dask.engine.map_layout`: every tensor of the format holds ``per_block``
 items per block along the blocked axis, so its chunks follow from the input's. The chunk
-call is :func:`nbquant.blocks._rows.run_quantize` (or a front door's own, ``per_chunk``).
+call (``per_chunk``) is the caller's: :mod:`nbquant.blocks._rows` runs the format on the chunk.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numpy as np
 
-from ..blocks._format import BlockSpec, get_block_format
+from ..blocks._format import BlockSpec
 from ..layout import resolve_layout
 from . import engine
 
-__all__ = ["quantize_lazy", "dequantize_lazy"]
+__all__ = ["quantize_lazy", "dequantize_lazy", "params_kwargs"]
 
 
-def _params(spec: BlockSpec) -> dict:
+def params_kwargs(spec: BlockSpec) -> dict:
     """The spec's parameters as keyword arguments (a dask value among them is computed before the chunks run)."""
     return {f.name: getattr(spec.params, f.name) for f in dataclasses.fields(spec.params)}
-
-
-def _chunk_quantize(x, *, name: str, backend, axis: int, block_size: int, **params) -> tuple:
-    """One chunk quantized: the format's tensors (public dtypes)."""
-    from ..blocks._rows import run_quantize
-
-    fmt = get_block_format(name)
-    return run_quantize(x, BlockSpec(fmt, block_size, fmt.Params(**params)), axis, backend)[0]
-
-
-def _chunk_dequantize(first, *, name: str, names: tuple[str, ...], out_dtype, backend, axis: int, block_size: int,
-                      **values):
-    """One chunk dequantized: ``first`` and the other tensors (by name, the rest of ``values`` the parameters)."""
-    from ..blocks._rows import run_dequantize
-
-    fmt = get_block_format(name)
-    rest = tuple(values.pop(n) for n in names[1:])
-    spec = BlockSpec(fmt, block_size, fmt.Params(**values), out_dtype)
-    n = first.shape[axis] // spec.tensors[0].per_block * block_size
-    return run_dequantize((first, *rest), spec, axis, n, backend)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,14 +37,14 @@ class _Reductions:
         return engine.chunk_amax(x, self.backend)
 
 
-def quantize_lazy(x, spec: BlockSpec, axis: int, backend, *, per_chunk=None, align: int | None = None,
+def quantize_lazy(x, spec: BlockSpec, axis: int, backend, *, per_chunk, align: int | None = None,
                   block_info: bool = False) -> tuple[tuple, BlockSpec]:
     """The format's tensors of a dask ``x`` (blocks along ``axis``) as dask arrays of their public dtypes, and the
     spec with its prepared (possibly dask) parameters.
 
-    ``per_chunk(chunk, axis=..., block_size=..., **params)`` (default: the format's own
-    quantize) returns a chunk's tensors; ``align`` (a multiple of the block) keeps more
-    whole blocks together in a chunk; ``block_info`` passes dask's chunk location on.
+    ``per_chunk(chunk, axis=..., block_size=..., **params)`` returns a chunk's tensors;
+    ``align`` (a multiple of the block) keeps more whole blocks together in a chunk;
+    ``block_info`` passes dask's chunk location on.
     """
     spec = dataclasses.replace(spec, params=spec.format.prepare(x, spec.params, _Reductions(backend)))
     b = spec.block_size
@@ -73,19 +52,18 @@ def quantize_lazy(x, spec: BlockSpec, axis: int, backend, *, per_chunk=None, ali
     outputs = [engine.Output("data", t.public_dtype, (b, t.per_block)) for t in spec.tensors]
     n = int(x.shape[axis])
     layout = resolve_layout(tuple(x.shape), axis, min(align, max(n, 1)) if align else b)
-    per_chunk = per_chunk or functools.partial(_chunk_quantize, name=fmt.name, backend=backend)
     tensors = engine.map_layout(per_chunk, x, layout, outputs, pack_axis=axis, arguments=False,
                                 block_info=block_info, token=f"nbquant-{fmt.name}", axis=axis, block_size=b,
-                                **_params(spec))
+                                **params_kwargs(spec))
     return tuple(tensors), spec
 
 
-def dequantize_lazy(tensors: tuple, spec: BlockSpec, axis: int, n: int, backend, *, per_chunk=None, **kwargs):
+def dequantize_lazy(tensors: tuple, spec: BlockSpec, axis: int, n: int, *, per_chunk, **kwargs):
     """The dequantized dask array of block tensors (blocks along ``axis``, unpacked length ``n``).
 
     The first tensor leads the chunking; the others hold one item per block (a block grid:
     scales). ``per_chunk(first, <other tensors by name>, axis=..., block_size=..., **kwargs)``
-    (default: the format's own dequantize, ``kwargs`` its parameters) returns a chunk's values.
+    returns a chunk's values.
     """
     declared = spec.tensors
     if any(t.per_block != 1 for t in declared[1:]):
@@ -93,11 +71,6 @@ def dequantize_lazy(tensors: tuple, spec: BlockSpec, axis: int, n: int, backend,
                                   "after the first")
     shape = tuple(tensors[0].shape[:axis]) + (n,) + tuple(tensors[0].shape[axis + 1:])
     layout = resolve_layout(shape, axis, spec.block_size)
-    if per_chunk is None:
-        names = tuple(t.name for t in declared)
-        per_chunk = functools.partial(_chunk_dequantize, name=spec.format.name, names=names, out_dtype=spec.out_dtype,
-                                      backend=backend)
-        kwargs = _params(spec) | kwargs
     params = {t.name: a for t, a in zip(declared[1:], tensors[1:], strict=True)}
     return engine.map_layout(per_chunk, tensors[0], layout, [engine.Output("data", np.dtype(spec.out_dtype))],
                              params=params, pack=(spec.block_size, declared[0].per_block), pack_axis=axis,

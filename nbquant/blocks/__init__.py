@@ -9,6 +9,23 @@ registered format (host, CUDA device or dask arrays); the named front doors
 (:func:`nbquant.quantize_mx`, :func:`nbquant.quantize_nvfp4`, :func:`nbquant.quantize_nf4`)
 wrap them.
 
+Adding a format touches new modules only:
+
+1. ``nbquant/blocks/<family>.py``: ``class Q4K(BlockFormat, name="q4_k")`` declaring
+   ``block_size`` (and ``block_sizes = (256,)`` for a fixed one), ``Params`` (a frozen
+   dataclass, if any) and ``tensors(spec)``, e.g. ``(Tensor("blocks", np.dtype(np.uint8),
+   144),)`` for one packed byte record per block; optionally ``prepare`` and
+   ``block_multiple``. It registers when this package imports it.
+2. Its element numerics in ``nbquant/element/`` (scalar functions shared by cpu and cuda).
+3. ``nbquant/backends/{reference,cpu,cuda}/blocks_<family>.py``: one ``quantize`` and one
+   ``dequantize`` function each, ``(x, spec, outputs)`` and ``(inputs, spec, out)`` on
+   (rows, items) arrays, registered with ``@block_kernel("<target>", "<family>", op)``
+   (cpu and cuda wrap their ``@cpu_kernel``/``@cuda_kernel`` kernels); each target's
+   ``blocks.py`` imports every ``blocks_*`` module beside it.
+
+tests/test_block_registry.py then covers it (every backend against the reference, dask,
+device arrays, argument checks) with no new test code.
+
 Examples
 --------
 >>> import numpy as np

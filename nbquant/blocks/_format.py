@@ -72,11 +72,11 @@ class BlockFormat:
       (None: any positive multiple of :meth:`block_multiple`, e.g. 2 for nibble-packed codes);
     * ``Params``: a frozen dataclass of the format's per-call parameters (default: none),
       with defaults for everything a caller may omit;
-    * :meth:`tensors`: the arrays one block becomes, for a :class:`~nbquant.spec.BlockSpec`.
+    * :meth:`tensors`: the arrays one block becomes, for a :class:`BlockSpec`.
 
-    It may override :meth:`prepare` (parameters computed from the input, e.g. a global
-    scale) and :meth:`check_result` (refuse a result, e.g. a non-finite scale). The instance
-    in the registry (:func:`get_block_format`) is the one every spec carries.
+    It may override :meth:`prepare` (parameters computed from the input, e.g. NVFP4's global
+    scale) and :meth:`block_multiple`. The instance in the registry (:func:`get_block_format`)
+    is the one every spec carries; kernels register apart (:func:`block_kernel`).
 
     Examples
     --------
@@ -121,9 +121,6 @@ class BlockFormat:
         """
         return params
 
-    def check_result(self, tensors: tuple, spec, first_block: int = 0) -> None:
-        """Refuse a quantize result (host views of ``tensors``); ``first_block`` numbers its first block."""
-
     def block_multiple(self, params) -> int:
         """What every block length must be a multiple of with ``params`` (2 for codes packed two per byte)."""
         return 1
@@ -136,8 +133,8 @@ class BlockFormat:
             if b not in self.block_sizes:
                 raise ValueError(f"block_size={b} is not one of {self.name}'s {self.block_sizes}")
         elif b < 1 or b % m:
-            kind = {1: "", 2: " even"}.get(m, f" multiple-of-{m}")
-            raise ValueError(f"block_size={b} must be a positive{kind} integer")
+            kind = {1: " integer", 2: " even integer"}.get(m, f" integer multiple of {m}")
+            raise ValueError(f"block_size={b} must be a positive{kind}")
         return b
 
     def default_params(self):

@@ -11,6 +11,7 @@ and :func:`dequantize_blocks` do the same for any format from its declaration.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import numpy as np
@@ -20,7 +21,7 @@ from .._dask import any_dask_array, is_dask_array
 from .._memory import host_empty
 from ..backends import device_code_input, device_float_input, device_result, is_device_array, resolve_backend
 from ..validation import check_int, check_out_dtype
-from ._format import BlockFormat, BlockSpec
+from ._format import BlockFormat, BlockSpec, get_block_format
 
 __all__ = ["check_blocking", "to_rows", "from_rows", "moved_shape", "empty_result", "quantize_rows",
            "dequantize_rows", "run_quantize", "run_dequantize", "quantize_blocks", "dequantize_blocks"]
@@ -110,6 +111,8 @@ def run_quantize(x, spec: BlockSpec, axis: int, backend, **lazy_options) -> tupl
     if is_dask_array(x):
         from .._dask.blocks import quantize_lazy
 
+        lazy_options.setdefault("per_chunk", functools.partial(_chunk_quantize, name=spec.format.name,
+                                                               backend=backend))
         return quantize_lazy(x, spec, axis, backend, **lazy_options)
     impl = resolve_backend(backend, (x,))
     spec = replace(spec, params=spec.format.prepare(x, spec.params, impl))
@@ -124,10 +127,32 @@ def run_dequantize(tensors: tuple, spec: BlockSpec, axis: int, n: int, backend, 
     (default: this function's chunk call) on every chunk, ``lazy_kwargs`` passed to it.
     """
     if any_dask_array(*tensors, *lazy_kwargs.values()):
-        from .._dask.blocks import dequantize_lazy
+        from .._dask.blocks import dequantize_lazy, params_kwargs
 
-        return dequantize_lazy(tensors, spec, axis, n, backend, per_chunk=per_chunk, **lazy_kwargs)
+        if per_chunk is None:
+            names = tuple(t.name for t in spec.tensors)
+            per_chunk = functools.partial(_chunk_dequantize, name=spec.format.name, names=names,
+                                          out_dtype=spec.out_dtype, backend=backend)
+            lazy_kwargs = params_kwargs(spec) | lazy_kwargs
+        return dequantize_lazy(tensors, spec, axis, n, per_chunk=per_chunk, **lazy_kwargs)
     return dequantize_rows(resolve_backend(backend, (tensors[0],)), tensors, spec, axis, n)
+
+
+def _chunk_quantize(x, *, name: str, backend, axis: int, block_size: int, **params) -> tuple:
+    """One chunk of a lazy call quantized: the format's tensors (public dtypes)."""
+    fmt = get_block_format(name)
+    return run_quantize(x, BlockSpec(fmt, block_size, fmt.Params(**params)), axis, backend)[0]
+
+
+def _chunk_dequantize(first, *, name: str, names: tuple[str, ...], out_dtype, backend, axis: int, block_size: int,
+                      **values):
+    """One chunk of a lazy call dequantized: ``first`` and the other tensors (by name; the rest of ``values`` are
+    the parameters)."""
+    fmt = get_block_format(name)
+    rest = tuple(values.pop(n) for n in names[1:])
+    spec = BlockSpec(fmt, block_size, fmt.Params(**values), out_dtype)
+    n = first.shape[axis] // spec.tensors[0].per_block * block_size
+    return run_dequantize((first, *rest), spec, axis, n, backend)
 
 
 def quantize_blocks(fmt: BlockFormat, x: npt.ArrayLike, *, axis: int = -1, block_size: int | None = None,
