@@ -229,3 +229,63 @@ def test_device_arrays_stay_on_the_device(backend, name):
     back = dequantize_blocks(fmt, got, params=params)
     assert is_device_array(back)
     np.testing.assert_array_equal(_bits(back.copy_to_host()), _bits(dequantize_blocks(fmt, ref, params=params)))
+
+
+# --- a GGUF-shaped format fits the descriptor: one packed byte record per block -------------------------
+
+
+def _record_format(monkeypatch):
+    """Register, for this test only, a Q8_0-like format: 32 values -> one 34-byte record (float16 d, 32 int8)."""
+    from nbquant.blocks import BlockFormat, Tensor, _format, block_kernel
+
+    monkeypatch.setattr(_format, "_FORMATS", dict(_format._FORMATS))
+    monkeypatch.setattr(_format, "_KERNELS", dict(_format._KERNELS))
+
+    class Records(BlockFormat, name="test_q8_records"):
+        block_size = 32
+        block_sizes = (32,)
+
+        def tensors(self, spec):
+            return (Tensor("blocks", np.dtype(np.uint8), 34),)
+
+    def quantize(x, spec, outputs):
+        (records,) = outputs
+        blocks = np.asarray(x, np.float32).reshape(x.shape[0], -1, 32)
+        d = (np.max(np.abs(blocks), axis=-1) / np.float32(127)).astype(np.float16)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.rint(blocks / d.astype(np.float32)[..., None])
+        q = np.clip(np.nan_to_num(q), -127, 127).astype(np.int8)
+        view = records.reshape(x.shape[0], -1, 34)
+        view[..., :2] = d[..., None].view(np.uint8)
+        view[..., 2:] = q.view(np.uint8)
+
+    def dequantize(inputs, spec, out):
+        view = inputs[0].reshape(out.shape[0], -1, 34)
+        d = np.ascontiguousarray(view[..., :2]).view(np.float16).astype(np.float32)
+        out[...] = (view[..., 2:].view(np.int8).astype(np.float32) * d).reshape(out.shape).astype(out.dtype)
+
+    for target in ("reference", "cpu"):
+        block_kernel(target, "test_q8_records", "quantize")(quantize)
+        block_kernel(target, "test_q8_records", "dequantize")(dequantize)
+    return Records
+
+
+def test_a_record_format_registers_by_subclassing(monkeypatch):
+    cls = _record_format(monkeypatch)
+    fmt = get_block_format("test_q8_records")
+    assert isinstance(fmt, cls) and fmt.bytes_per_block() == 34 and fmt.bits_per_weight() == 8.5
+    x = _sample((3, 64), seed=2)
+    (records,), params = _both("cpu", fmt, x)
+    assert records.shape == (3, 68) and records.dtype == np.uint8
+    _same_dequantized("cpu", fmt, (records,), params)
+    y = dequantize_blocks(fmt, (records,))
+    assert np.abs(y - x).max() <= np.abs(x).max() / 127
+    with pytest.raises(ValueError, match="block_size=16 is not one of test_q8_records's"):
+        quantize_blocks(fmt, x, block_size=16)
+    with pytest.raises(NotImplementedError, match=r"@block_kernel\('cuda', 'test_q8_records', 'quantize'\)"):
+        find_kernel("cuda", fmt, "quantize")
+    da = pytest.importorskip("dask.array")
+    (lazy,), _ = quantize_blocks(fmt, da.from_array(x, chunks=(2, 40)))
+    np.testing.assert_array_equal(lazy.compute(scheduler="synchronous"), records)
+    lazy_y = dequantize_blocks(fmt, (da.from_array(records, chunks=(1, 34)),))
+    np.testing.assert_array_equal(lazy_y.compute(scheduler="synchronous"), y)

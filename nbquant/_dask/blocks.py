@@ -10,6 +10,7 @@ call (``per_chunk``) is the caller's: :mod:`nbquant.blocks._rows` runs the forma
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -37,6 +38,12 @@ class _Reductions:
         return engine.chunk_amax(x, self.backend)
 
 
+def _only(per_chunk, *args, **kwargs):
+    """The one tensor of ``per_chunk(*args, **kwargs)``."""
+    (tensor,) = per_chunk(*args, **kwargs)
+    return tensor
+
+
 def quantize_lazy(x, spec: BlockSpec, axis: int, backend, *, per_chunk, align: int | None = None,
                   block_info: bool = False) -> tuple[tuple, BlockSpec]:
     """The format's tensors of a dask ``x`` (blocks along ``axis``) as dask arrays of their public dtypes, and the
@@ -52,6 +59,8 @@ def quantize_lazy(x, spec: BlockSpec, axis: int, backend, *, per_chunk, align: i
     outputs = [engine.Output("data", t.public_dtype, (b, t.per_block)) for t in spec.tensors]
     n = int(x.shape[axis])
     layout = resolve_layout(tuple(x.shape), axis, min(align, max(n, 1)) if align else b)
+    if len(outputs) == 1:  # map_layout's chunk call returns the one array itself
+        per_chunk = functools.partial(_only, per_chunk)
     tensors = engine.map_layout(per_chunk, x, layout, outputs, pack_axis=axis, arguments=False,
                                 block_info=block_info, token=f"nbquant-{fmt.name}", axis=axis, block_size=b,
                                 **params_kwargs(spec))
