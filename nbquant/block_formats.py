@@ -22,37 +22,32 @@ copy.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
-from ._block_rows import run_block_dequantize, run_block_quantize
 from ._dask import any_dask_array, is_dask_array
-from .backends import (
-    device_code_input,
-    device_float_input,
-    is_device_array,
-    resolve_backend,
-)
-from .formats import get_format
-from .layout import resolve_layout
-from .spec import BlockSpec
+from .backends import device_code_input, device_float_input, is_device_array
+from .blocks import BlockSpec, block_format_names, get_block_format
+from .blocks._rows import check_blocking, run_dequantize, run_quantize
+from .blocks.mx import MXParams
+from .blocks.nvfp4 import NVFP4Params
+from .formats import QuantFormat, get_format
 from .validation import check_bool, check_choice, check_float_scalar, check_int, check_out_dtype
 
 __all__ = ["MX_FORMATS", "BlockQuantized", "quantize_mx", "dequantize_mx", "quantize_nvfp4", "dequantize_nvfp4"]
 
-#: The OCP MX formats: name -> (element format, emax of the element format).
+#: The OCP MX formats (the registered block formats of the ``mx`` family, :mod:`nbquant.blocks.mx`):
+#: name -> (element format, emax of the element format).
 MX_FORMATS: dict[str, tuple[str, int]] = {
-    name: (element, get_format(element).emax)
-    for name, element in (("mxfp8_e4m3", "float8_e4m3fn"), ("mxfp8_e5m2", "float8_e5m2"),
-                          ("mxfp6_e2m3", "float6_e2m3fn"), ("mxfp6_e3m2", "float6_e3m2fn"),
-                          ("mxfp4", "float4_e2m1fn"), ("mxint8", "int8"))
+    fmt.name: (fmt.element_name, fmt.emax)
+    for fmt in map(get_block_format, block_format_names()) if fmt.family == "mx"
 }
-_MXINT8_MAX = 127 / 64
-_NVFP4_GLOBAL_DIVISOR = np.float32(6.0 * 448.0)
+_NVFP4 = get_block_format("nvfp4")
+_E2M1 = get_format("float4_e2m1fn")
 
 
 @dataclass(frozen=True)
@@ -118,33 +113,12 @@ class BlockQuantized:
                              packed=self.packed, out_dtype=out_dtype, backend=backend)
 
 
-def check_blocking(shape: tuple[int, ...], axis, block_size, packed: bool) -> tuple[int, int]:
-    """The normalised blocked ``axis`` and ``block_size`` (positive, even when ``packed``) for ``shape``."""
-    k, b = check_int("axis", axis), check_int("block_size", block_size)
-    if not shape:
-        raise ValueError("block formats need an input with at least one dimension")
-    if not -len(shape) <= k < len(shape):
-        raise ValueError(f"axis={axis} is out of range for an input of {len(shape)} dimension(s)")
-    k %= len(shape)
-    if b < 1 or (packed and b % 2):
-        raise ValueError(f"block_size={b} must be a positive{' even' if packed else ''} integer")
-    if shape[k] % b:
-        pad = -shape[k] % b
-        raise ValueError(f"axis {k} has length {shape[k]}, not a multiple of block_size={b}; pad it with {pad} "
-                         f"zeros first, e.g. numpy.pad(x, [(0, {pad}) if d == {k} else (0, 0) for d in "
-                         "range(x.ndim)])")
-    return k, b
-
-
 def _mx_spec(format: str, block_size: int, packed, round_up: bool = False, out_dtype=np.float32) -> BlockSpec:
-    name = check_choice("format", format, tuple(MX_FORMATS))
-    element_name, emax = MX_FORMATS[name]
-    element = get_format(element_name)
+    fmt = get_block_format(check_choice("format", format, tuple(MX_FORMATS)))
     packed = check_bool("packed", packed)
-    if packed and element.bits != 4:
-        raise ValueError(f"packed=True applies to mxfp4 only; {name} has {element.bits}-bit elements")
-    max_value = _MXINT8_MAX if not element.is_float else element.max_value
-    return BlockSpec(element, block_size, packed, emax, max_value, round_up, 1.0, np.dtype(out_dtype))
+    if packed and fmt.element.bits != 4:
+        raise ValueError(f"packed=True applies to mxfp4 only; {fmt.name} has {fmt.element.bits}-bit elements")
+    return BlockSpec(fmt, block_size, MXParams(packed, round_up), np.dtype(out_dtype))
 
 
 def quantize_mx(
@@ -195,38 +169,29 @@ def quantize_mx(
     >>> bq.scales.astype(np.float32), bq.data
     (array([1.], dtype=float32), array([210, 113], dtype=uint8))
     """
-    lazy = is_dask_array(x)
-    x = device_float_input(x, lazy=lazy)
+    x = device_float_input(x, lazy=is_dask_array(x))
     rounding = check_choice("scale_rounding", scale_rounding, ("floor", "ceil"))
     name = check_choice("format", format, tuple(MX_FORMATS))
     if packed is None:
         packed = name == "mxfp4"
     spec = _mx_spec(name, block_size, packed, rounding == "ceil")
-    k, b = check_blocking(tuple(x.shape), axis, block_size, spec.packed)
-    if lazy:
-        per_chunk = functools.partial(_parts, quantize_mx, format=name, scale_rounding=rounding, packed=spec.packed,
-                                      backend=backend)
-        data_dtype = np.dtype(np.uint8) if spec.packed else spec.element.dtype
-        return _lazy_quantize(per_chunk, x, name, k, b, spec.packed, data_dtype, ml_dtypes.float8_e8m0fnu, None)
-    impl = resolve_backend(backend, (x,))
-    data, scales = run_block_quantize(impl.mx_quantize, x, spec, k)
-    if not spec.packed:
-        data = data.view(spec.element.dtype)
-    return BlockQuantized(data, scales.view(ml_dtypes.float8_e8m0fnu), name, k, b, spec.packed)
+    k, b = check_blocking(tuple(x.shape), axis, block_size, spec.params.packed)
+    (data, scales), _ = run_quantize(x, replace(spec, block_size=b), k, backend)
+    return BlockQuantized(data, scales, name, k, b, spec.params.packed)
 
 
-def _check_codes(data, scales, spec: BlockSpec, axis, block_size, scale_dtype, lazy: bool = False
-                 ) -> tuple[np.ndarray, np.ndarray, int, int, int]:
+def _check_codes(data, scales, element: QuantFormat, packed: bool, axis, block_size, scale_dtype,
+                 lazy: bool = False) -> tuple[np.ndarray, np.ndarray, int, int, int]:
     if is_device_array(data) != is_device_array(scales):
         raise TypeError("data and scales must both be CUDA device arrays or both host arrays")
     data, scales = device_code_input(data, "data", lazy=lazy), device_code_input(scales, "scales", lazy=lazy)
-    expected = np.dtype(np.uint8) if spec.packed else spec.element.dtype
+    expected = np.dtype(np.uint8) if packed else element.dtype
     if data.dtype != expected:
-        raise TypeError(f"data has dtype {data.dtype}; {spec.element.name} codes need {expected}")
+        raise TypeError(f"data has dtype {data.dtype}; {element.name} codes need {expected}")
     if scales.dtype != np.dtype(scale_dtype) and scales.dtype != np.uint8:
         raise TypeError(f"scales has dtype {scales.dtype}; expected {np.dtype(scale_dtype)} (or its uint8 bits)")
     k, b = check_blocking(tuple(data.shape), axis, 1, False)
-    n = data.shape[k] * (2 if spec.packed else 1)
+    n = data.shape[k] * (2 if packed else 1)
     b = check_int("block_size", block_size)
     if b < 1 or n % b:
         raise ValueError(f"block_size={b} does not divide the unpacked length {n} of axis {k}")
@@ -282,24 +247,9 @@ def dequantize_mx(
     name = check_choice("format", format, tuple(MX_FORMATS))
     spec = _mx_spec(name, 1, name == "mxfp4" if packed is None else packed, out_dtype=check_out_dtype(out_dtype))
     lazy = any_dask_array(data, scales)
-    data, scales, k, b, n = _check_codes(data, scales, spec, axis, block_size, ml_dtypes.float8_e8m0fnu, lazy)
-    if lazy:
-        per_chunk = functools.partial(dequantize_mx, format=name, packed=spec.packed, out_dtype=spec.out_dtype,
-                                      backend=backend)
-        return _lazy_dequantize(per_chunk, data, scales, k, b, n, spec)
-    spec = BlockSpec(spec.element, b, spec.packed, spec.emax, spec.max_value, False, 1.0, spec.out_dtype)
-    impl = resolve_backend(backend, (data,))
-    return run_block_dequantize(impl.mx_dequantize, data, scales, spec, k, n)
-
-
-def _amax_global_scale(amax) -> np.float32:
-    """NVFP4's global scale ``amax / (6 * 448)`` (1.0 for an all-zero input) of the input's ``amax``."""
-    amax = np.float32(amax)
-    if not np.isfinite(amax):
-        raise ValueError(f"x holds {'NaN' if np.isnan(amax) else 'inf'}: the global scale amax / (6 * 448) would "
-                         "make every value NaN. Pass finite data, or an explicit global_scale (then a block with "
-                         "inf saturates and a block with NaN decodes to NaN)")
-    return np.float32(1.0) if amax == 0 else np.float32(amax / _NVFP4_GLOBAL_DIVISOR)
+    data, scales, k, b, n = _check_codes(data, scales, spec.format.element, spec.params.packed, axis, block_size,
+                                         ml_dtypes.float8_e8m0fnu, lazy)
+    return run_dequantize((data, scales), replace(spec, block_size=b), k, n, backend)
 
 
 def quantize_nvfp4(
@@ -347,28 +297,12 @@ def quantize_nvfp4(
     >>> bq.global_scale, bq.scales.astype(np.float32), bq.data
     (np.float32(0.002232143), array([448.], dtype=float32), array([161,  116], dtype=uint8))
     """
-    lazy = is_dask_array(x)
-    x = device_float_input(x, lazy=lazy)
+    x = device_float_input(x, lazy=is_dask_array(x))
     k, b = check_blocking(tuple(x.shape), axis, block_size, True)
-    given = None if global_scale is None else check_float_scalar("global_scale", global_scale, positive=True)
-    if lazy:  # the global amax is a dask reduction first: two passes over x
-        from ._dask import engine
-
-        g = engine.chunk_amax(x, backend).map_blocks(_amax_global_scale, dtype=np.float32) if given is None else given
-        per_chunk = functools.partial(_parts, _quantize_nvfp4, backend=backend)
-        return _lazy_quantize(per_chunk, x, "nvfp4", k, b, True, np.dtype(np.uint8), ml_dtypes.float8_e4m3fn, g,
-                              global_scale=g)
-    impl = resolve_backend(backend, (x,))
-    return _quantize_nvfp4(x, given if given is not None else _amax_global_scale(impl.amax(x)), k, b, backend)
-
-
-def _quantize_nvfp4(x, global_scale, axis: int, block_size: int, backend) -> BlockQuantized:
-    """:func:`quantize_nvfp4` with a checked (or computed) float32 ``global_scale``, blocks along ``axis``."""
-    x = device_float_input(x)
-    g = np.float32(global_scale)
-    spec = BlockSpec(get_format("float4_e2m1fn"), block_size, True, global_scale=g)
-    data, scales = run_block_quantize(resolve_backend(backend, (x,)).nvfp4_quantize, x, spec, axis)
-    return BlockQuantized(data, scales.view(ml_dtypes.float8_e4m3fn), "nvfp4", axis, block_size, True, g)
+    g = None if global_scale is None else check_float_scalar("global_scale", global_scale, positive=True)
+    # without one, the global scale is computed from amax(x) first (a dask reduction for a dask x): two passes
+    (data, scales), spec = run_quantize(x, BlockSpec(_NVFP4, b, NVFP4Params(g)), k, backend)
+    return BlockQuantized(data, scales, "nvfp4", k, b, True, spec.params.global_scale)
 
 
 def dequantize_nvfp4(
@@ -427,42 +361,11 @@ def _dequantize_nvfp4(data, scales, global_scale, axis, block_size, out_dtype, b
 
     A dask argument makes the call lazy: ``per_chunk`` (default: this function) on every chunk.
     """
-    spec = BlockSpec(get_format("float4_e2m1fn"), 1, True, out_dtype=check_out_dtype(out_dtype))
+    out_dtype = check_out_dtype(out_dtype)
     lazy = any_dask_array(data, scales, global_scale)
-    data, scales, k, b, n = _check_codes(data, scales, spec, axis, block_size, ml_dtypes.float8_e4m3fn, lazy)
-    if lazy:
-        per_chunk = functools.partial(per_chunk or _dequantize_nvfp4, out_dtype=spec.out_dtype, backend=backend)
-        return _lazy_dequantize(per_chunk, data, scales, k, b, n, spec, global_scale=global_scale)
-    impl = resolve_backend(backend, (data,))
-    spec = BlockSpec(spec.element, b, True, global_scale=np.float32(global_scale), out_dtype=spec.out_dtype)
-    return run_block_dequantize(impl.nvfp4_dequantize, data, scales, spec, k, n)
-
-
-def _parts(quantize, x, **arguments) -> tuple:
-    """The ``data`` and ``scales`` of ``quantize(x, **arguments)`` (a :class:`BlockQuantized`): one chunk's."""
-    bq = quantize(x, **arguments)
-    return bq.data, bq.scales
-
-
-def _lazy_quantize(per_chunk, x, name: str, axis: int, block_size: int, packed: bool, data_dtype, scale_dtype,
-                   g, **kwargs) -> BlockQuantized:
-    """The :class:`BlockQuantized` of a dask ``x``: ``per_chunk(chunk, **kwargs)`` on every chunk (whole blocks along
-    ``axis``); a dask array in ``kwargs`` is computed first."""
-    from ._dask import engine
-
-    outputs = [engine.Output("data", data_dtype, (2, 1) if packed else engine.NO_PACK),
-               engine.Output("grid", np.dtype(scale_dtype))]
-    layout = resolve_layout(tuple(x.shape), axis, block_size)
-    data, scales = engine.map_layout(per_chunk, x, layout, outputs, pack_axis=axis, token=f"nbquant-{name}", **kwargs)
-    return BlockQuantized(data, scales, name, axis, block_size, packed, g)
-
-
-def _lazy_dequantize(per_chunk, data, scales, axis: int, block_size: int, n: int, spec: BlockSpec, **kwargs):
-    """The dequantized dask array of block codes: ``per_chunk(chunk, scales=..., **kwargs)`` on every chunk (whole
-    blocks along ``axis``); a dask array in ``kwargs`` is computed first."""
-    from ._dask import engine
-
-    layout = resolve_layout(tuple(data.shape[:axis]) + (n,) + tuple(data.shape[axis + 1:]), axis, block_size)
-    return engine.map_layout(per_chunk, data, layout, [engine.Output("data", spec.out_dtype)],
-                             params={"scales": scales}, pack=(2, 1) if spec.packed else engine.NO_PACK,
-                             pack_axis=axis, token="nbquant-dequantize-blocks", **kwargs)[0]
+    data, scales, k, b, n = _check_codes(data, scales, _E2M1, True, axis, block_size, ml_dtypes.float8_e4m3fn, lazy)
+    spec = BlockSpec(_NVFP4, b, NVFP4Params(global_scale), out_dtype)
+    if per_chunk is None:
+        return run_dequantize((data, scales), spec, k, n, backend)
+    chunk = functools.partial(per_chunk, out_dtype=out_dtype, backend=backend)
+    return run_dequantize((data, scales), spec, k, n, backend, per_chunk=chunk, global_scale=global_scale)

@@ -2,7 +2,7 @@
 
 Each block of ``block_size`` elements of the flattened input gets its ``amax`` and
 each element the index of the nearest NF4 table entry to ``x / amax`` (one fused
-kernel pass, :meth:`~nbquant.backends.interface.Backend.nf4_quantize`); the block
+kernel pass of the registered block format :mod:`nbquant.blocks.nf4`); the block
 scales may then be centred and quantized to ``scale_bits``-bit integers per group.
 """
 
@@ -14,16 +14,16 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ._block_rows import empty_result
 from ._dask import any_dask_array, check_known_chunks, is_dask_array
-from .backends import device_copy, device_float_input, host_array, is_device_array, resolve_backend
-from .block_formats import check_blocking
-from .formats import get_format
+from .backends import device_copy, device_float_input, host_array, is_device_array
+from .blocks import BlockSpec, get_block_format
+from .blocks._rows import check_blocking, run_dequantize, run_quantize
 from .layout import resolve_layout
-from .spec import BlockSpec
 from .validation import check_int, check_out_dtype
 
 __all__ = ["NF4Quantized", "quantize_nf4"]
+
+_NF4 = get_block_format("nf4")
 
 
 @dataclass(frozen=True)
@@ -100,35 +100,20 @@ class NF4Quantized:
         >>> nq.data, nq.dequantize()
         (array([242, 167], dtype=uint8), array([ 1.        , -0.5234375 ,  0.24609375,  0.        ], dtype=float32))
         """
-        spec = BlockSpec(get_format("uint4"), self.block_size, True, out_dtype=check_out_dtype(out_dtype))
+        spec = BlockSpec(_NF4, self.block_size, _NF4.default_params(), check_out_dtype(out_dtype))
         n = int(np.prod(self.shape, dtype=np.int64))
         if any_dask_array(self.data, self.scales, self.double_scales, self.scale_mean):
-            from ._dask import engine
-
             check_known_chunks(self.data, "data")
             check_known_chunks(self.scales, "scales")
-            flat = engine.map_layout(_dequantize_flat, self.data, resolve_layout((n,), 0, self.block_size),
-                                     [engine.Output("data", spec.out_dtype)], params={"scales": self.block_scales()},
-                                     pack=(2, 1), arguments=False, token="nbquant-nf4-dequantize",
-                                     block_size=self.block_size, out_dtype=spec.out_dtype, backend=backend)[0]
-            return flat.reshape(self.shape)
-        impl = resolve_backend(backend, (self.data,))
-        out = empty_result((1, n), spec.out_dtype, is_device_array(self.data))
-        if n:
-            scales = self.block_scales()
-            impl.nf4_dequantize(self.data.reshape((1, n // 2)), scales.reshape((1, int(scales.size))), spec, out)
-        return out.reshape(self.shape)
+        data, scales = self.data, self.block_scales()
+        data, scales = data.reshape((int(data.size),)), scales.reshape((int(scales.size),))
+        return run_dequantize((data, scales), spec, 0, n, backend).reshape(self.shape)
 
 
 def _scale_values(scales: np.ndarray, double_scales: np.ndarray, mean) -> np.ndarray:
     """Double-quantized block scales decoded: ``q / double_scale + mean`` per group of scales."""
     groups = scales.reshape(double_scales.size, -1).astype(np.float32)
     return (groups / double_scales[:, None] + mean).reshape(-1)
-
-
-def _dequantize_flat(data: np.ndarray, scales: np.ndarray, *, block_size: int, out_dtype, backend) -> np.ndarray:
-    """One chunk of a flattened NF4 tensor dequantized (its codes and float32 block scales)."""
-    return NF4Quantized(data, scales, (data.size * 2,), block_size).dequantize(out_dtype, backend)
 
 
 def _scale_mean(scales: np.ndarray):
@@ -248,7 +233,7 @@ def quantize_nf4(
                              f"blocks, {nblocks} (x.size={x.size} / block_size={b})")
     if lazy:
         return _lazy(x, b, sb, scale_bits, backend)
-    codes, scales = _blocks(x, b, backend)
+    codes, scales = _blocks(x, block_size=b, backend=backend)
     if sb is None:
         return NF4Quantized(codes, scales, tuple(x.shape), b)
     # Double quantization works on the scales (1/block_size of the data) on the host.
@@ -260,7 +245,7 @@ def quantize_nf4(
     return NF4Quantized(codes, q, tuple(x.shape), b, double, mean)
 
 
-def _blocks(x, block_size: int, backend, block_info=None) -> tuple[np.ndarray, np.ndarray]:
+def _blocks(x, *, block_size: int, backend, axis: int = 0, block_info=None) -> tuple[np.ndarray, np.ndarray]:
     """The packed codes and float32 block scales of the flattened ``x`` (one fused kernel pass).
 
     NaN or inf is refused naming its elements; ``block_info`` (dask's, for a chunk of the
@@ -268,14 +253,12 @@ def _blocks(x, block_size: int, backend, block_info=None) -> tuple[np.ndarray, n
     """
     x = device_float_input(x)
     n = int(x.size)
-    codes = empty_result((1, n // 2), np.uint8, is_device_array(x))
-    scales = empty_result((1, n // block_size), np.float32, is_device_array(x))
+    (codes, scales), _ = run_quantize(x.reshape((n,)), BlockSpec(_NF4, block_size, _NF4.default_params()), 0,
+                                      backend)
     if n:
-        resolve_backend(backend, (x,)).nf4_quantize(x.reshape((1, n)), BlockSpec(get_format("uint4"), block_size, True),
-                                                    codes, scales)
         first = block_info[0]["array-location"][0][0] // block_size if block_info else 0
         _check_finite_blocks(host_array(scales).reshape(-1), block_size, first)
-    return codes.reshape(n // 2), scales.reshape(n // block_size)
+    return codes, scales
 
 
 def _lazy(x, block_size: int, scale_block_size: int | None, scale_bits: int, backend) -> NF4Quantized:
@@ -287,13 +270,9 @@ def _lazy(x, block_size: int, scale_block_size: int | None, scale_bits: int, bac
     from ._dask import engine
 
     flat = engine.as_dask(x).reshape(-1)
-    group = block_size * (scale_block_size or 1)
-    codes, scales = engine.map_layout(
-        functools.partial(_blocks, block_size=block_size, backend=backend), flat,
-        resolve_layout(tuple(flat.shape), 0, min(group, max(int(flat.size), 1))),
-        [engine.Output("data", np.dtype(np.uint8), (2, 1)),
-         engine.Output("data", np.dtype(np.float32), (block_size, 1))],
-        arguments=False, block_info=True, token="nbquant-nf4")
+    spec = BlockSpec(_NF4, block_size, _NF4.default_params())
+    codes, scales = run_quantize(flat, spec, 0, backend, per_chunk=functools.partial(_blocks, backend=backend),
+                                 align=block_size * (scale_block_size or 1), block_info=True)[0]
     if scale_block_size is None:
         return NF4Quantized(codes, scales, tuple(x.shape), block_size)
     mean = scales.rechunk(-1).map_blocks(_scale_mean, drop_axis=0, dtype=np.float32, token="nbquant-nf4-mean")

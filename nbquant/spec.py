@@ -1,17 +1,19 @@
 """Validated, backend-neutral descriptions of one call: the contract between the front doors and the backends.
 
-The front doors (:mod:`nbquant.api`, :mod:`nbquant.block_formats`,
+The front doors (:mod:`nbquant.api`, :mod:`nbquant.blocks`,
 :mod:`nbquant.dynamic`, :mod:`nbquant.modelopt_ops`) validate their arguments into
 one of these frozen dataclasses; every :class:`~nbquant.backends.interface.Backend`
-operation takes one. Nothing here imports numba.
+operation takes one. :class:`BlockSpec` is defined beside the block-format descriptors
+(:mod:`nbquant.blocks`) and re-exported here. Nothing here imports numba.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
+from .blocks._format import BlockSpec
 from .formats import QuantFormat, get_format
 from .layout import BlockLayout, row_blocks
 from .modes import Mapping, ScaleOp
@@ -54,34 +56,6 @@ class DequantizeSpec:
     layout: BlockLayout
     packed: bool
     out_dtype: np.dtype
-
-
-@dataclass(frozen=True)
-class BlockSpec:
-    """A block-format kernel call (MX, NVFP4, NF4) on (rows, n) arrays with blocks along the last axis.
-
-    ``emax``/``max_value``/``round_up`` describe the MX element format and scale
-    rounding; ``global_scale`` is NVFP4's per-tensor scale.
-    """
-
-    element: QuantFormat
-    block_size: int
-    packed: bool
-    emax: int = 0
-    max_value: float = 0.0
-    round_up: bool = False
-    global_scale: float = 1.0
-    out_dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float32))
-
-    @property
-    def max_mantissa(self) -> int:
-        """Mantissa bits (float32) of the element format's largest value."""
-        return int(np.array([self.max_value], np.float32).view(np.uint32)[0]) & 0x7FFFFF
-
-    @property
-    def fp(self) -> tuple[int, ...]:
-        """The element format tuple (:data:`NO_FLOAT_FORMAT` for MXINT8)."""
-        return self.element.fp_params if self.element.is_float else NO_FLOAT_FORMAT
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from nbquant.backends import BackendUnavailableError, is_device_array, use_cuda_
 ROOT = Path(__file__).resolve().parents[1]
 #: What the default tier's simulator run collects; the full tier collects all of ``tests``.
 DEFAULT_TIER_MODULES = ("tests/test_cuda_kernel_families.py", "tests/test_fuzz_special_values.py",
-                        "tests/test_cuda_simulator.py")
+                        "tests/test_block_registry.py", "tests/test_cuda_simulator.py")
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 CUDA = {b.name: b for b in nbquant.backends()}["cuda"]
 needs_cuda = pytest.mark.skipif(not CUDA.available, reason=f"cuda backend unavailable: {CUDA.reason}")
@@ -350,33 +350,33 @@ def test_block_entry_points_take_device_arrays(cuda):
     from nbquant.backends.cpu import BACKEND as cpu_blocks
     from nbquant.backends.cuda import BACKEND as _cuda
     from nbquant.block_formats import _mx_spec
-    from nbquant.formats import get_format
-    from nbquant.spec import BlockSpec
+    from nbquant.blocks import BlockSpec, get_block_format
+    from nbquant.blocks.nvfp4 import NVFP4Params
 
     rng = np.random.default_rng(8)
     x = (rng.standard_normal((3, 32)) * 8).astype(ml_dtypes.bfloat16)
     x[1, 3] = np.nan
     spec = _mx_spec("mxfp4", 8, True)
     codes, scales = np.empty((3, 16), np.uint8), np.empty((3, 4), np.uint8)
-    cpu_blocks.mx_quantize(x, spec, codes, scales)
+    cpu_blocks.block_quantize(x, spec, (codes, scales))
     d_codes, d_scales = cuda.device_array((3, 16), np.uint8), cuda.device_array((3, 4), np.uint8)
-    _cuda.mx_quantize(cuda.to_device(x), spec, d_codes, d_scales)
+    _cuda.block_quantize(cuda.to_device(x), spec, (d_codes, d_scales))
     np.testing.assert_array_equal(d_codes.copy_to_host(), codes)
     np.testing.assert_array_equal(d_scales.copy_to_host(), scales)
     out_spec = _mx_spec("mxfp4", 8, True, out_dtype=np.float16)
     out = np.empty((3, 32), np.float16)
-    cpu_blocks.mx_dequantize(codes, scales, out_spec, out)
+    cpu_blocks.block_dequantize((codes, scales), out_spec, out)
     d_out = cuda.device_array((3, 32), np.float16)
-    _cuda.mx_dequantize(d_codes, d_scales, out_spec, d_out)
+    _cuda.block_dequantize((d_codes, d_scales), out_spec, d_out)
     np.testing.assert_array_equal(d_out.copy_to_host().view(np.uint16), out.view(np.uint16))
     finite = np.nan_to_num(x.astype(np.float32))
     assert _cuda.amax(cuda.to_device(finite)) == cpu_blocks.amax(finite)
     assert np.isnan(_cuda.amax(cuda.to_device(x)))
-    nv = BlockSpec(get_format("float4_e2m1fn"), 16, True, global_scale=np.float32(0.01))
+    nv = BlockSpec(get_block_format("nvfp4"), 16, NVFP4Params(np.float32(0.01)))
     codes, scales = np.empty((3, 16), np.uint8), np.empty((3, 2), np.uint8)
-    cpu_blocks.nvfp4_quantize(x, nv, codes, scales)
+    cpu_blocks.block_quantize(x, nv, (codes, scales))
     d_codes, d_scales = cuda.device_array((3, 16), np.uint8), cuda.device_array((3, 2), np.uint8)
-    _cuda.nvfp4_quantize(cuda.to_device(x), nv, d_codes, d_scales)
+    _cuda.block_quantize(cuda.to_device(x), nv, (d_codes, d_scales))
     np.testing.assert_array_equal(d_codes.copy_to_host(), codes)
     np.testing.assert_array_equal(d_scales.copy_to_host(), scales)
 

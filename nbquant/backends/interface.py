@@ -41,25 +41,18 @@ class Backend(Protocol):
     def dequantize(self, q, scale, zero_point, spec: DequantizeSpec, out) -> None:
         """Fill ``out`` (``spec.out_dtype``) with ``(code - zero_point) * scale`` of the codes ``q``."""
 
-    # --- scaled block formats (nbquant.block_formats): (rows, n), blocks along the last axis --------
+    # --- block formats (nbquant.blocks): (rows, n), blocks along the last axis ------------------------
 
-    def mx_quantize(self, x, spec: BlockSpec, codes, scales) -> None:
-        """Fused OCP MX quantize: E8M0 ``scales`` (rows, n / block, uint8) and element ``codes``."""
+    def block_quantize(self, x, spec: BlockSpec, outputs: tuple) -> None:
+        """Fused quantize of ``x`` (rows, n) to ``spec.format``: fill ``outputs``, one (rows, n / block * per_block)
+        array per :meth:`~nbquant.blocks.BlockFormat.tensors` entry, in its kernel dtype.
 
-    def mx_dequantize(self, codes, scales, spec: BlockSpec, out) -> None:
-        """``element * 2**(scale - 127)`` into ``out`` (rows, n)."""
+        Each backend runs the kernel registered for the format's family with
+        :func:`~nbquant.blocks.block_kernel` (NotImplementedError naming it when there is none).
+        """
 
-    def nvfp4_quantize(self, x, spec: BlockSpec, codes, scales) -> None:
-        """Fused NVFP4 quantize: E4M3 ``scales`` and e2m1 ``codes`` packed two per byte (``spec.global_scale``)."""
-
-    def nvfp4_dequantize(self, codes, scales, spec: BlockSpec, out) -> None:
-        """``e2m1 * (e4m3 scale * global scale)`` into ``out`` (rows, n)."""
-
-    def nf4_quantize(self, x, spec: BlockSpec, codes, scales) -> None:
-        """Fused NF4 quantize: float32 block amax ``scales`` and table indices packed high nibble first."""
-
-    def nf4_dequantize(self, codes, scales, spec: BlockSpec, out) -> None:
-        """``table[index] * scale`` into ``out`` (rows, n)."""
+    def block_dequantize(self, inputs: tuple, spec: BlockSpec, out) -> None:
+        """Decode the format's tensors ``inputs`` (as :meth:`block_quantize` fills them) into ``out`` (rows, n)."""
 
     # --- reductions --------------------------------------------------------------------------
 

@@ -3,13 +3,16 @@
 Each work unit reads a block, reduces its ``amax`` over the float bits (an integer
 max, which vectorizes where a float max with NaN semantics does not), writes the
 block's scale, then encodes and writes the block's codes. Numerics live in
-:mod:`nbquant.element`.
+:mod:`nbquant.element`. Each format family's host side registers with
+:func:`~nbquant.blocks.block_kernel`; a ``blocks_<family>.py`` module beside this one
+registers more (imported at the end).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ...blocks._format import block_kernel, find_kernel, import_kernel_modules
 from ...element import (
     E2M1,
     E4M3,
@@ -251,37 +254,59 @@ def nf4_dequantize_kernel(part, parts, codes, scales, block, tile, like, out):
 _TILE_BLOCKS = 512
 
 
+@block_kernel("cpu", "mx", "quantize")
+def _mx_quantize(x, spec, outputs) -> None:
+    """Fused MX quantize of ``x`` (rows, n) into the codes and E8M0 scales (uint8)."""
+    fmt = spec.format
+    mx_quantize_kernel(kernel_float_view(x), spec.block_size, fmt.emax, fmt.max_mantissa, spec.params.round_up,
+                       fmt.fp, fmt.is_int, spec.params.packed, _TILE_BLOCKS, *outputs)
+
+
+@block_kernel("cpu", "mx", "dequantize")
+def _mx_dequantize(inputs, spec, out) -> None:
+    """MX dequantize of the codes with E8M0 scales (uint8) into ``out`` (rows, n)."""
+    fmt = spec.format
+    mx_dequantize_kernel(*inputs, spec.block_size, fmt.fp, fmt.is_int, spec.params.packed, _TILE_BLOCKS,
+                         output_float_like(spec.out_dtype), kernel_float_view(out))
+
+
+@block_kernel("cpu", "nvfp4", "quantize")
+def _nvfp4_quantize(x, spec, outputs) -> None:
+    """Fused NVFP4 quantize of ``x`` (rows, n) with the spec's global scale."""
+    g = np.float32(spec.params.global_scale)
+    nvfp4_quantize_kernel(kernel_float_view(x), spec.block_size, g, np.float32(6) * g, _TILE_BLOCKS, *outputs)
+
+
+@block_kernel("cpu", "nvfp4", "dequantize")
+def _nvfp4_dequantize(inputs, spec, out) -> None:
+    """NVFP4 dequantize into ``out`` (rows, n)."""
+    nvfp4_dequantize_kernel(*inputs, spec.block_size, np.float32(spec.params.global_scale), _TILE_BLOCKS,
+                            output_float_like(spec.out_dtype), kernel_float_view(out))
+
+
+@block_kernel("cpu", "nf4", "quantize")
+def _nf4_quantize(x, spec, outputs) -> None:
+    """NF4 codes and float32 per-block amax scales of ``x`` (rows, n)."""
+    nf4_quantize_kernel(kernel_float_view(x), spec.block_size, _TILE_BLOCKS, *outputs)
+
+
+@block_kernel("cpu", "nf4", "dequantize")
+def _nf4_dequantize(inputs, spec, out) -> None:
+    """NF4 dequantize into ``out`` (rows, n) with float32 block scales."""
+    nf4_dequantize_kernel(*inputs, spec.block_size, _TILE_BLOCKS, output_float_like(spec.out_dtype),
+                          kernel_float_view(out))
+
+
 class BlockOps:
-    """MX, NVFP4, NF4 and amax (:class:`~nbquant.backends.interface.Backend`)."""
+    """Every registered block format, and amax (:class:`~nbquant.backends.interface.Backend`)."""
 
-    def mx_quantize(self, x, spec, codes, scales) -> None:
-        """Fused MX quantize of ``x`` (rows, n) into ``codes`` and E8M0 ``scales`` (uint8 views)."""
-        mx_quantize_kernel(kernel_float_view(x), spec.block_size, spec.emax, spec.max_mantissa, spec.round_up, spec.fp,
-                           not spec.element.is_float, spec.packed, _TILE_BLOCKS, codes, scales)
+    def block_quantize(self, x, spec, outputs) -> None:
+        """The ``cpu`` quantize kernel of ``spec.format`` (:func:`~nbquant.blocks.block_kernel`)."""
+        find_kernel("cpu", spec.format, "quantize")(x, spec, outputs)
 
-    def mx_dequantize(self, codes, scales, spec, out) -> None:
-        """MX dequantize of ``codes`` with E8M0 ``scales`` (uint8 views) into ``out`` (rows, n)."""
-        mx_dequantize_kernel(codes, scales, spec.block_size, spec.fp, not spec.element.is_float, spec.packed,
-                             _TILE_BLOCKS, output_float_like(spec.out_dtype), kernel_float_view(out))
-
-    def nvfp4_quantize(self, x, spec, codes, scales) -> None:
-        """Fused NVFP4 quantize of ``x`` (rows, n) with the global scale of ``spec``."""
-        g = np.float32(spec.global_scale)
-        nvfp4_quantize_kernel(kernel_float_view(x), spec.block_size, g, np.float32(6) * g, _TILE_BLOCKS, codes, scales)
-
-    def nvfp4_dequantize(self, codes, scales, spec, out) -> None:
-        """NVFP4 dequantize into ``out`` (rows, n)."""
-        nvfp4_dequantize_kernel(codes, scales, spec.block_size, np.float32(spec.global_scale), _TILE_BLOCKS,
-                                output_float_like(spec.out_dtype), kernel_float_view(out))
-
-    def nf4_quantize(self, x, spec, codes, scales) -> None:
-        """NF4 codes and float32 per-block amax scales of ``x`` (rows, n)."""
-        nf4_quantize_kernel(kernel_float_view(x), spec.block_size, _TILE_BLOCKS, codes, scales)
-
-    def nf4_dequantize(self, codes, scales, spec, out) -> None:
-        """NF4 dequantize into ``out`` (rows, n) with float32 block ``scales``."""
-        nf4_dequantize_kernel(codes, scales, spec.block_size, _TILE_BLOCKS, output_float_like(spec.out_dtype),
-                              kernel_float_view(out))
+    def block_dequantize(self, inputs, spec, out) -> None:
+        """The ``cpu`` dequantize kernel of ``spec.format``."""
+        find_kernel("cpu", spec.format, "dequantize")(inputs, spec, out)
 
     def amax(self, x) -> np.float32:
         """``max |x|`` (NaN if any element is NaN)."""
@@ -292,3 +317,6 @@ class BlockOps:
         partial = np.empty(x2.shape[0] * -(-x2.shape[1] // tile), np.int64)
         flat_reduce_kernel(x2, False, tile, np.empty(0, np.int64), partial)  # absmax bits per (row, tile)
         return float32_from_bits(partial.max())
+
+
+import_kernel_modules(__package__)

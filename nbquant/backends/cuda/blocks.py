@@ -14,7 +14,9 @@
 The (rows, n) operand is walked like the element kernels walk a canonical view:
 ``blockIdx.y`` strides over rows, and along a row thread ``t`` takes scale blocks
 ``t, t + S, ...``. A thread reads its block twice (amax, then encode); the second read
-hits L1/L2. All numerics are :mod:`nbquant.element` calls.
+hits L1/L2. All numerics are :mod:`nbquant.element` calls. Each format family's host side
+registers with :func:`~nbquant.blocks.block_kernel`; a ``blocks_<family>.py`` module
+beside this one registers more (imported at the end).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 from numba import cuda, types
 
 from ... import element
+from ...blocks._format import block_kernel, find_kernel, import_kernel_modules
 from .._views import float32_from_bits, kernel_float_view, output_float_like
 from . import runtime
 from ._loops import U1, thread_start
@@ -267,51 +270,73 @@ def _run_rows(kernel, inputs, outputs, make_args, dtype, rows: int, nblocks: int
     runtime.copy_back(list(zip(outputs, d_out, strict=True)), stream)
 
 
+def _dequantize_rows(kernel, inputs, args, out) -> None:
+    """Launch a dequantize ``kernel`` over the (codes, scales) ``inputs`` into ``out``, ``args`` between them."""
+    ov = kernel_float_view(runtime.device_or_host(out))
+    _run_rows(kernel, list(inputs), [ov], lambda q2, s2, o2: (q2, s2, *args, o2), ov.dtype, *inputs[1].shape)
+
+
+@block_kernel("cuda", "mx", "quantize")
+def _mx_quantize(x, spec, outputs) -> None:
+    """Fused MX quantize of ``x`` (rows, n) into the codes and E8M0 scales (uint8)."""
+    fmt = spec.format
+    xv = runtime.device_float(x, runtime.current_stream())
+    args = (spec.block_size, fmt.emax, fmt.max_mantissa, bool(spec.params.round_up), fmt.fp, fmt.is_int,
+            bool(spec.params.packed))
+    _run_rows(mx_quantize_kernel, [xv], list(outputs), lambda x2, c2, s2: (x2, *args, c2, s2), xv.dtype,
+              *outputs[1].shape)
+
+
+@block_kernel("cuda", "mx", "dequantize")
+def _mx_dequantize(inputs, spec, out) -> None:
+    """MX dequantize of the codes with E8M0 scales (uint8) into ``out`` (rows, n)."""
+    fmt = spec.format
+    args = (spec.block_size, fmt.fp, fmt.is_int, bool(spec.params.packed), output_float_like(spec.out_dtype))
+    _dequantize_rows(mx_dequantize_kernel, inputs, args, out)
+
+
+@block_kernel("cuda", "nvfp4", "quantize")
+def _nvfp4_quantize(x, spec, outputs) -> None:
+    """Fused NVFP4 quantize of ``x`` (rows, n) with the spec's global scale."""
+    g = np.float32(spec.params.global_scale)
+    xv = runtime.device_float(x, runtime.current_stream())
+    args = (spec.block_size, g, np.float32(6) * g)
+    _run_rows(nvfp4_quantize_kernel, [xv], list(outputs), lambda x2, c2, s2: (x2, *args, c2, s2), xv.dtype,
+              *outputs[1].shape)
+
+
+@block_kernel("cuda", "nvfp4", "dequantize")
+def _nvfp4_dequantize(inputs, spec, out) -> None:
+    """NVFP4 dequantize into ``out`` (rows, n)."""
+    args = (spec.block_size, np.float32(spec.params.global_scale), output_float_like(spec.out_dtype))
+    _dequantize_rows(nvfp4_dequantize_kernel, inputs, args, out)
+
+
+@block_kernel("cuda", "nf4", "quantize")
+def _nf4_quantize(x, spec, outputs) -> None:
+    """Fused NF4 quantize of ``x`` (rows, n): packed table indices and float32 block scales."""
+    xv = runtime.device_float(x, runtime.current_stream())
+    _run_rows(nf4_quantize_kernel, [xv], list(outputs), lambda x2, c2, s2: (x2, spec.block_size, c2, s2), xv.dtype,
+              *outputs[1].shape)
+
+
+@block_kernel("cuda", "nf4", "dequantize")
+def _nf4_dequantize(inputs, spec, out) -> None:
+    """NF4 dequantize into ``out`` (rows, n) with float32 block scales."""
+    _dequantize_rows(nf4_dequantize_kernel, inputs, (spec.block_size, output_float_like(spec.out_dtype)), out)
+
+
 class BlockOps:
-    """MX, NVFP4, NF4 and amax (:class:`~nbquant.backends.interface.Backend`); NumPy or CUDA device arrays."""
+    """Every registered block format, and amax (:class:`~nbquant.backends.interface.Backend`); NumPy or CUDA
+    device arrays."""
 
-    def mx_quantize(self, x, spec, codes, scales) -> None:
-        """Fused MX quantize of ``x`` (rows, n) into ``codes`` and E8M0 ``scales`` (uint8)."""
-        xv = runtime.device_float(x, runtime.current_stream())
-        args = (spec.block_size, spec.emax, spec.max_mantissa, bool(spec.round_up), spec.fp,
-                not spec.element.is_float, bool(spec.packed))
-        _run_rows(mx_quantize_kernel, [xv], [codes, scales], lambda x2, c2, s2: (x2, *args, c2, s2), xv.dtype,
-                  *scales.shape)
+    def block_quantize(self, x, spec, outputs) -> None:
+        """The ``cuda`` quantize kernel of ``spec.format`` (:func:`~nbquant.blocks.block_kernel`)."""
+        find_kernel("cuda", spec.format, "quantize")(x, spec, outputs)
 
-    def mx_dequantize(self, codes, scales, spec, out) -> None:
-        """MX dequantize ``codes`` with E8M0 ``scales`` (uint8) into ``out`` (rows, n)."""
-        args = (spec.block_size, spec.fp, not spec.element.is_float, bool(spec.packed),
-                output_float_like(spec.out_dtype))
-        self._dequantize_rows(mx_dequantize_kernel, codes, scales, args, out)
-
-    def nvfp4_quantize(self, x, spec, codes, scales) -> None:
-        """Fused NVFP4 quantize of ``x`` (rows, n) with the global scale in ``spec``."""
-        g = np.float32(spec.global_scale)
-        xv = runtime.device_float(x, runtime.current_stream())
-        args = (spec.block_size, g, np.float32(6) * g)
-        _run_rows(nvfp4_quantize_kernel, [xv], [codes, scales], lambda x2, c2, s2: (x2, *args, c2, s2), xv.dtype,
-                  *scales.shape)
-
-    def nvfp4_dequantize(self, codes, scales, spec, out) -> None:
-        """NVFP4 dequantize into ``out`` (rows, n)."""
-        args = (spec.block_size, np.float32(spec.global_scale), output_float_like(spec.out_dtype))
-        self._dequantize_rows(nvfp4_dequantize_kernel, codes, scales, args, out)
-
-    def nf4_quantize(self, x, spec, codes, scales) -> None:
-        """Fused NF4 quantize of ``x`` (rows, n): packed table indices and float32 block scales."""
-        xv = runtime.device_float(x, runtime.current_stream())
-        _run_rows(nf4_quantize_kernel, [xv], [codes, scales], lambda x2, c2, s2: (x2, spec.block_size, c2, s2),
-                  xv.dtype, *scales.shape)
-
-    def nf4_dequantize(self, codes, scales, spec, out) -> None:
-        """NF4 dequantize into ``out`` (rows, n) with float32 block ``scales``."""
-        self._dequantize_rows(nf4_dequantize_kernel, codes, scales, (spec.block_size,
-                                                                     output_float_like(spec.out_dtype)), out)
-
-    @staticmethod
-    def _dequantize_rows(kernel, codes, scales, args, out) -> None:
-        ov = kernel_float_view(runtime.device_or_host(out))
-        _run_rows(kernel, [codes, scales], [ov], lambda q2, s2, o2: (q2, s2, *args, o2), ov.dtype, *scales.shape)
+    def block_dequantize(self, inputs, spec, out) -> None:
+        """The ``cuda`` dequantize kernel of ``spec.format``."""
+        find_kernel("cuda", spec.format, "dequantize")(inputs, spec, out)
 
     def amax(self, x) -> np.float32:
         """``max |x|`` (NaN if any element is NaN) of a NumPy or CUDA array, computed on the GPU."""
@@ -326,3 +351,6 @@ class BlockOps:
         bits = result.copy_to_host(stream=stream)
         stream.synchronize()
         return float32_from_bits(int(bits[0]))
+
+
+import_kernel_modules(__package__)
