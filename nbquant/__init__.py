@@ -10,6 +10,7 @@ array([[ 0.094, -0.693],
        [ 2.   ,  0.504]], dtype=float32)
 """
 
+from . import _dask as _dask  # plugs the dask engine into nbquant.placement (dask itself is imported on first use)
 from ._memory import output_pool_bytes, set_output_pool
 from .api import dequantize, quantize
 from .backends import (

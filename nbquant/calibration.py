@@ -44,10 +44,10 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from ._dask import is_dask_array
-from .backends import _check_name, device_float_input, host_array, is_device_array, resolve_backend
+from .backends import check_backend_name, resolve_backend
 from .layout import resolve_layout
 from .modelopt_ops import reduce_amax
+from .placement import Host, placement
 from .validation import check_choice
 
 __all__ = ["MaxCalibrator", "HistogramCalibrator", "MAX_NUM_BINS"]
@@ -59,16 +59,14 @@ _F32_TINY = float(np.finfo(np.float32).smallest_subnormal)
 _F32_NORMAL = float(np.finfo(np.float32).smallest_normal)
 
 
-def _batch_amax(x, axis: int | None, backend: str | None) -> np.ndarray:
+def _batch_amax(x, p: Host, axis: int | None, backend: str | None) -> np.ndarray:
     """:func:`~nbquant.reduce_amax` of a batch on the host; a dask batch reduced chunk by chunk, then computed."""
-    if not is_dask_array(x):
-        return host_array(reduce_amax(x, axis=axis, backend=backend))
-    from ._dask import engine
-
+    if not p.lazy:
+        return p.to_host(reduce_amax(x, axis=axis, backend=backend))
     layout = resolve_layout(tuple(x.shape), axis)
-    amax = engine.map_layout(functools.partial(reduce_amax, backend=backend), x, layout,
-                             [engine.Output("grid", np.dtype(np.float32))], token="nbquant-calibrate-amax")[0]
-    return amax.max(axis=engine.split_dims(amax, layout), keepdims=True).compute()
+    amax = p.map(functools.partial(reduce_amax, backend=backend), x, layout,
+                 [p.engine.Output("grid", np.dtype(np.float32))], token="nbquant-calibrate-amax")[0]
+    return amax.max(axis=p.engine.split_dims(amax, layout), keepdims=True).compute()
 
 
 def _finite_amax(amax: np.ndarray) -> np.ndarray:
@@ -102,7 +100,7 @@ class MaxCalibrator:
         if axis is not None and (isinstance(axis, bool) or not isinstance(axis, (int, np.integer))):
             raise TypeError(f"axis={axis!r} must be an int or None")
         self.axis = axis
-        self.backend = backend if backend is None else _check_name(backend, "backend")
+        self.backend = backend if backend is None else check_backend_name(backend, "backend")
         self._amax: np.ndarray | None = None
 
     def collect(self, x: npt.ArrayLike) -> None:
@@ -114,8 +112,9 @@ class MaxCalibrator:
             Finite float data; the size of ``axis`` stays the same from batch to batch. A dask
             ``x`` is reduced chunk by chunk and its amax computed (only the amax comes back).
         """
-        x = device_float_input(x, lazy=True)
-        amax = _finite_amax(_batch_amax(x, self.axis, self.backend))
+        p = placement(x)
+        x = p.float_input(x)
+        amax = _finite_amax(_batch_amax(x, p, self.axis, self.backend))
         amax = amax.reshape(()) if self.axis is None else amax.reshape(-1)
         if self._amax is not None and self._amax.shape != amax.shape:
             raise ValueError(f"x gives amax of shape {amax.shape}, but earlier batches gave {self._amax.shape}; "
@@ -181,7 +180,7 @@ class HistogramCalibrator:
             raise TypeError(f"skip_zeros={skip_zeros!r} must be True or False")
         self.num_bins = int(num_bins)
         self.skip_zeros = bool(skip_zeros)
-        self.backend = backend if backend is None else _check_name(backend, "backend")
+        self.backend = backend if backend is None else check_backend_name(backend, "backend")
         self.histogram: np.ndarray | None = None
         self.bin_edges: np.ndarray | None = None
 
@@ -194,13 +193,11 @@ class HistogramCalibrator:
         self.histogram = None
         self.bin_edges = None
 
-    def _counts(self, x) -> np.ndarray:
+    def _counts(self, x, p: Host) -> np.ndarray:
         """The batch's counts in the current bins (:func:`_counts`); a dask batch's summed over its chunks."""
-        if not is_dask_array(x):
+        if not p.lazy:
             return _counts(x, self.bin_edges, self.skip_zeros, self.backend)
-        from ._dask import engine
-
-        return engine.chunk_sum(_counts, x, self.bin_edges.size - 1, np.dtype(np.int64), edges=self.bin_edges,
+        return p.engine.chunk_sum(_counts, x, self.bin_edges.size - 1, np.dtype(np.int64), edges=self.bin_edges,
                                 skip_zeros=self.skip_zeros, backend=self.backend, token="nbquant-histogram").compute()
 
     def _grow(self, x_max: np.float32) -> np.ndarray:
@@ -226,20 +223,21 @@ class HistogramCalibrator:
         x : array_like
             Finite float data, of any shape (a dask array is reduced chunk by chunk).
         """
-        x = device_float_input(x, lazy=True)
+        p = placement(x)
+        x = p.float_input(x)
         if x.size == 0:
             return
-        x_max = np.float32(_finite_amax(_batch_amax(x, None, self.backend)).reshape(()))
+        x_max = np.float32(_finite_amax(_batch_amax(x, p, None, self.backend)).reshape(()))
         if self.histogram is None or (x_max > self.bin_edges[-1] and not self.histogram[1:].any()):
             # The first batch, or the first with a non-zero value: the range starts anew from this batch
             # (the zeros so far stay in bin 0, inside every range).
             zeros = 0 if self.histogram is None else self.histogram[0]
             self.bin_edges = _first_edges(x_max, self.num_bins)
-            self.histogram = self._counts(x)
+            self.histogram = self._counts(x, p)
             self.histogram[0] += zeros
             return
         old = self._grow(x_max) if x_max > self.bin_edges[-1] else self.histogram
-        hist = self._counts(x)
+        hist = self._counts(x, p)
         hist[:old.size] += old
         self.histogram = hist
 
@@ -308,8 +306,9 @@ def _counts(x, edges: np.ndarray, skip_zeros: bool, backend: str | None) -> np.n
     is partial: the kernel counts the other bins, and the last one gets what it left out
     (the data is finite, so everything above the second-to-last edge).
     """
-    x = device_float_input(x)
-    impl = resolve_backend(backend, (x,))
+    p = placement(x)
+    x = p.float_input(x)
+    impl = resolve_backend(backend, p)
     n = edges.size - 1
     if n * float(edges[1]) <= _F32_MAX:
         counts = impl.abs_histogram(x, n, edges[-1])
@@ -317,13 +316,13 @@ def _counts(x, edges: np.ndarray, skip_zeros: bool, backend: str | None) -> np.n
         counts = impl.abs_histogram(x, n - 1, edges[-2])
         counts = np.append(counts, x.size - counts.sum())
     if skip_zeros:
-        counts[0] -= _zeros(impl, x)
+        counts[0] -= _zeros(impl, x, p)
     return counts
 
 
-def _zeros(impl, x) -> int:
-    """How many elements of ``x`` are ±0 (on the device for a device ``x``)."""
-    if not is_device_array(x):
+def _zeros(impl, x, p: Host) -> int:
+    """How many elements of ``x`` are ±0 (on the device for a device placement ``p``)."""
+    if not p.device:
         return int(np.count_nonzero(x == 0))
     # Two bins over [0, smallest subnormal]: |x| = 0 lands in bin 0, the smallest subnormal in bin 1,
     # everything larger (and NaN) is skipped.

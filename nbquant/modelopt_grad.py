@@ -11,22 +11,24 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from .backends import device_float_input, is_device_array, resolve_backend
+from .backends import resolve_backend
 from .layout import resolve_layout
-from .modelopt_ops import _amax_grid, _empty_like_input, _layout, _out_dtype
+from .modelopt_ops import amax_grid, amax_layout, result_dtype
+from .placement import placement
 from .validation import check_affine_range
 
 __all__ = ["fake_tensor_quant_backward", "fake_affine_tensor_quant_backward"]
 
 
 def _grad_pair(grad_output, x):
-    g = device_float_input(grad_output, "grad_output")
-    x = device_float_input(x)
+    """``grad_output`` and ``x`` read where they live (one shape, one placement), and that placement."""
+    pg, p = placement(grad_output), placement(x)
+    g, x = pg.float_input(grad_output, "grad_output"), p.float_input(x)
     if tuple(g.shape) != tuple(x.shape):
         raise ValueError(f"grad_output has shape {tuple(g.shape)} but x has shape {tuple(x.shape)}; they must match")
-    if is_device_array(g) != is_device_array(x):
+    if pg.device != p.device:
         raise TypeError("grad_output and x must both be CUDA device arrays or both host arrays")
-    return g, x
+    return g, x, p
 
 
 def fake_tensor_quant_backward(grad_output: npt.ArrayLike, x: npt.ArrayLike, amax: npt.ArrayLike, *,
@@ -57,12 +59,12 @@ def fake_tensor_quant_backward(grad_output: npt.ArrayLike, x: npt.ArrayLike, ama
     >>> nbquant.fake_tensor_quant_backward(np.ones(4, np.float32), np.array([-2.0, -1.0, 0.5, 1.5], np.float32), 1.0)
     array([0., 1., 1., 0.], dtype=float32)
     """
-    g, x = _grad_pair(grad_output, x)
-    layout = _layout(x, amax, axis, block_size)
-    grid = _amax_grid(x, amax, layout, backend)
-    out = _empty_like_input(x, _out_dtype(g))
+    g, x, p = _grad_pair(grad_output, x)
+    layout = amax_layout(x, amax, axis, block_size)
+    grid = amax_grid(x, amax, layout, p, backend)
+    out = p.result(tuple(x.shape), result_dtype(g))
     if x.size:
-        resolve_backend(backend, (x,)).ste_backward(g, x, -grid, grid, layout, out)
+        resolve_backend(backend, p).ste_backward(g, x, -grid, grid, layout, out)
     return out
 
 
@@ -91,11 +93,11 @@ def fake_affine_tensor_quant_backward(grad_output: npt.ArrayLike, x: npt.ArrayLi
     ...                                           -1.0, 2.0)
     array([0., 1., 1.], dtype=float32)
     """
-    g, x = _grad_pair(grad_output, x)
+    g, x, p = _grad_pair(grad_output, x)
     lo, hi = check_affine_range(min_range, max_range)
     layout = resolve_layout(tuple(x.shape))
-    out = _empty_like_input(x, _out_dtype(g))
+    out = p.result(tuple(x.shape), result_dtype(g))
     if x.size:
-        resolve_backend(backend, (x,)).ste_backward(
+        resolve_backend(backend, p).ste_backward(
             g, x, np.full(layout.grid, lo, np.float32), np.full(layout.grid, hi, np.float32), layout, out)
     return out

@@ -21,18 +21,11 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from ._memory import host_empty
-from .backends import (
-    device_copy,
-    device_float_input,
-    device_result,
-    host_array,
-    is_device_array,
-    resolve_backend,
-)
+from .backends import resolve_backend
 from .formats import get_format
 from .layout import BlockLayout, as_int, param_grid, resolve_layout
-from .reductions import _reduce_min_max
+from .placement import Host, host_array, is_device_array, placement
+from .reductions import block_min_max
 from .spec import NO_FLOAT_FORMAT, AmaxSpec, DynamicSpec
 from .validation import check_affine_range, check_amax, check_bool, check_int, show
 
@@ -49,25 +42,16 @@ __all__ = [
 _FLOAT_BITS = {(4, 3): "float8_e4m3fn", (5, 2): "float8_e5m2", (2, 1): "float4_e2m1fn"}
 
 
-def _out_dtype(x) -> np.dtype:
+def result_dtype(x) -> np.dtype:
+    """The float dtype a fake quantizer returns for ``x``: ``x``'s own, float32 for float64."""
     return np.dtype(np.float32) if x.dtype == np.float64 else np.dtype(x.dtype)
 
 
-def _empty_like_input(x, dtype):
-    """A new result of ``x``'s shape: on the device for a device ``x``."""
-    return device_result(None, tuple(x.shape), dtype) if is_device_array(x) else host_empty(tuple(x.shape), dtype)
-
-
-def _like_input(x, a: np.ndarray):
-    """The host result ``a``, copied to the device for a device ``x``."""
-    return device_copy(a) if is_device_array(x) else a
-
-
-def _negative_min(x, backend) -> bool:
+def _negative_min(x, p: Host, backend) -> bool:
     """modelopt's unsigned check ``x.min() < 0``: False when ``x`` holds a NaN (the min propagates it)."""
-    if not is_device_array(x):
+    if not p.device:
         return bool(x.min() < 0)
-    lo, hi = _reduce_min_max(x, resolve_layout(tuple(x.shape)), backend)
+    lo, hi = block_min_max(x, resolve_layout(tuple(x.shape)), p, backend)
     return not (np.isnan(lo).any() or np.isnan(hi).any()) and bool(lo.min() < 0)
 
 
@@ -131,7 +115,7 @@ def _block_axes(shape: tuple[int, ...], block_sizes: dict) -> dict[int, int]:
     return axes
 
 
-def _layout(x: np.ndarray, amax, axis, block_size) -> BlockLayout:
+def amax_layout(x: np.ndarray, amax, axis, block_size) -> BlockLayout:
     """The block layout from ``axis``/``block_size``, or from a broadcastable ``amax`` shape."""
     if axis is not None or block_size is not None or amax is None:
         return resolve_layout(x.shape, axis, block_size)
@@ -145,9 +129,10 @@ def _layout(x: np.ndarray, amax, axis, block_size) -> BlockLayout:
                      "dimension 1 or the input's size, or pass axis=/block_size=")
 
 
-def _amax_grid(x, amax, layout, backend) -> np.ndarray:
+def amax_grid(x, amax, layout, p: Host, backend) -> np.ndarray:
+    """The float32 amax block grid on the host: ``amax`` checked and laid on the grid, or reduced from ``x``."""
     if amax is None:
-        return _reduce_amax(x, layout, backend)
+        return _reduce_amax(x, layout, p, backend)
     a = check_amax(host_array(amax) if is_device_array(amax) else amax)
     try:
         grid = param_grid("amax", a, layout) if a.shape != tuple(layout.shape) or layout.num_blocks == a.size \
@@ -186,7 +171,8 @@ def reduce_amax(x: npt.ArrayLike, *, axis: int | None = None, block_size=None, l
     array([[3.],
            [2.]], dtype=float32)
     """
-    x = device_float_input(x)
+    p = placement(x)
+    x = p.float_input(x)
     if layout is None:
         layout = resolve_layout(tuple(x.shape), axis, block_size)
     elif not isinstance(layout, BlockLayout):
@@ -195,37 +181,38 @@ def reduce_amax(x: npt.ArrayLike, *, axis: int | None = None, block_size=None, l
         raise ValueError(f"layout describes shape {layout.shape}, not x's shape {tuple(x.shape)}")
     elif axis is not None or block_size is not None:
         raise ValueError(f"axis={axis!r} and block_size={block_size!r} cannot be combined with layout=; pass one")
-    return _like_input(x, _reduce_amax(x, layout, backend))
+    return p.like_input(_reduce_amax(x, layout, p, backend))
 
 
-def _reduce_amax(x, layout: BlockLayout, backend) -> np.ndarray:
-    """The float32 amax grid of ``x`` (host or device) on the host."""
+def _reduce_amax(x, layout: BlockLayout, p: Host, backend) -> np.ndarray:
+    """The float32 amax grid of ``x`` (placed by ``p``) on the host."""
     if x.size == 0:
         return np.zeros(layout.grid, np.float32)
-    _, hi = resolve_backend(backend, (x,)).reduce_keys(x, DynamicSpec.reduction(layout))
+    _, hi = resolve_backend(backend, p).reduce_keys(x, DynamicSpec.reduction(layout))
     amax = np.asarray(hi, np.int64).astype(np.uint32).view(np.float32).reshape(layout.grid)
     amax[np.isnan(amax)] = np.nan  # the canonical NaN, not the payload of whichever NaN the reduction kept
     return amax
 
 
 def _fake(x, amax, num_bits, unsigned, narrow_range, axis, block_size, backend, codes: bool):
-    x = device_float_input(x)
-    layout = _layout(x, amax, axis, block_size)
+    p = placement(x)
+    x = p.float_input(x)
+    layout = amax_layout(x, amax, axis, block_size)
     if isinstance(num_bits, (tuple, list)):
         if codes:
             raise ValueError("tensor_quant returns integer codes; for num_bits=(E, M) use fake_tensor_quant")
         spec = _float_spec(num_bits, layout)
     else:
         spec = _int_spec(num_bits, unsigned, narrow_range, layout)
-    if not spec.is_float and unsigned and x.size and _negative_min(x, backend):
+    if not spec.is_float and unsigned and x.size and _negative_min(x, p, backend):
         raise TypeError("unsigned=True but x holds negative values (modelopt: 'Negative values encountered in "
                         "unsigned quantization')")
-    grid = _amax_grid(x, amax, layout, backend)
-    out = _empty_like_input(x, _out_dtype(x))
-    code_arr = _empty_like_input(x, np.float32) if codes else None
+    grid = amax_grid(x, amax, layout, p, backend)
+    out = p.result(tuple(x.shape), result_dtype(x))
+    code_arr = p.result(tuple(x.shape), np.float32) if codes else None
     if x.size:
-        resolve_backend(backend, (x,)).fake_quant_amax(x, grid, spec, out, code_arr)
-    return out, code_arr, grid, spec
+        resolve_backend(backend, p).fake_quant_amax(x, grid, spec, out, code_arr)
+    return out, code_arr, grid, spec, p
 
 
 def fake_tensor_quant(
@@ -317,11 +304,11 @@ def tensor_quant(
     >>> q, s
     (array([ 1., -4.,  7.], dtype=float32), array(3.5, dtype=float32))
     """
-    _, codes, grid, spec = _fake(x, amax, num_bits, unsigned, narrow_range, axis, block_size, backend, True)
+    _, codes, grid, spec, p = _fake(x, amax, num_bits, unsigned, narrow_range, axis, block_size, backend, True)
     with np.errstate(divide="ignore", invalid="ignore"):
         s = np.float32(spec.maxbound) / grid
     s = np.where(grid <= np.float32(2.0 ** -24), np.float32(1), s).astype(np.float32)
-    return codes, _like_input(codes, s.reshape(()) if spec.layout.num_blocks == 1 else s)
+    return codes, p.like_input(s.reshape(()) if spec.layout.num_blocks == 1 else s)
 
 
 def scaled_e4m3(x: npt.ArrayLike, amax: npt.ArrayLike | None = None, E: int = 4, M: int = 3, *,
@@ -395,7 +382,8 @@ def dynamic_block_quant(x: npt.ArrayLike, block_sizes: dict, num_bits: int | tup
     array([[ 0.       ,  2.       ,  0.2857143],
            [-1.1428572,  0.5714286,  1.       ]], dtype=float32)
     """
-    x = device_float_input(x)
+    p = placement(x)
+    x = p.float_input(x)
     if isinstance(block_sizes, dict) and "scale_bits" in block_sizes:
         raise ValueError(f"block_sizes={block_sizes!r}: scale_bits is not supported by dynamic_block_quant "
                          "(modelopt runs it on CUDA only, see docs/dynamic.md); use nbquant.quantize_nf4 (4-bit "
@@ -404,7 +392,7 @@ def dynamic_block_quant(x: npt.ArrayLike, block_sizes: dict, num_bits: int | tup
     axes = _block_axes(tuple(x.shape), block_sizes)
     pads = [(0, -n % axes[d] if len(axes) > 1 and d in axes else 0) for d, n in enumerate(x.shape)]
     if any(p for _, p in pads):  # tiles that do not divide the input: modelopt's zero padding, then a crop
-        if is_device_array(x):
+        if p.device:
             raise ValueError(f"block_sizes={block_sizes!r} does not tile a device input of shape {tuple(x.shape)}; "
                              "pad it to whole tiles first, or pass a host array")
         y = dynamic_block_quant(np.pad(x, pads), block_sizes, num_bits, unsigned, narrow_range, backend=backend)
@@ -478,9 +466,10 @@ def fake_affine_tensor_quant(x: npt.ArrayLike, min_range: float, max_range: floa
     >>> nbquant.fake_affine_tensor_quant(np.array([-1.0, 0.1, 0.5, 3.0], np.float32), -1.0, 2.0, num_bits=2)
     array([-1.,  0.,  0.,  2.], dtype=float32)
     """
-    x = device_float_input(x)
+    p = placement(x)
+    x = p.float_input(x)
     step, qz, minb, maxb = _affine_params(min_range, max_range, num_bits)
-    out = _empty_like_input(x, _out_dtype(x))
+    out = p.result(tuple(x.shape), result_dtype(x))
     if x.size:
-        resolve_backend(backend, (x,)).fake_affine(x, step, qz, minb, maxb, out)
+        resolve_backend(backend, p).fake_affine(x, step, qz, minb, maxb, out)
     return out

@@ -5,19 +5,21 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from .backends import device_float_input, host_array, resolve_backend
+from .backends import resolve_backend
 from .backends.interface import key_floats
 from .layout import BlockLayout, resolve_layout
+from .placement import Host, placement
 from .spec import DynamicSpec
 
 __all__ = ["reduce_min_max"]
 
 
-def _reduce_min_max(x, layout: BlockLayout, backend) -> tuple[np.ndarray, np.ndarray]:
+def block_min_max(x, layout: BlockLayout, p: Host, backend) -> tuple[np.ndarray, np.ndarray]:
+    """The float32 per-block min and max of the checked ``x`` (placed by ``p``), as host arrays of the grid."""
     if x.size == 0:
         return np.zeros(layout.grid, np.float32), np.zeros(layout.grid, np.float32)
-    lo, hi = resolve_backend(backend, (x,)).reduce_keys(x, DynamicSpec.reduction(layout, use_minmax=True))
-    return key_floats(host_array(lo)).reshape(layout.grid), key_floats(host_array(hi)).reshape(layout.grid)
+    lo, hi = resolve_backend(backend, p).reduce_keys(x, DynamicSpec.reduction(layout, use_minmax=True))
+    return key_floats(p.to_host(lo)).reshape(layout.grid), key_floats(p.to_host(hi)).reshape(layout.grid)
 
 
 def reduce_min_max(x: npt.ArrayLike, *, axis: int | None = None, block_size=None,
@@ -56,5 +58,6 @@ def reduce_min_max(x: npt.ArrayLike, *, axis: int | None = None, block_size=None
     >>> nbquant.reduce_min_max(np.array([1.0, -np.nan, 2.0], np.float32))
     (array([nan], dtype=float32), array([nan], dtype=float32))
     """
-    x = device_float_input(x)
-    return _reduce_min_max(x, resolve_layout(tuple(x.shape), axis, block_size), backend)
+    p = placement(x)
+    x = p.float_input(x)
+    return block_min_max(x, resolve_layout(tuple(x.shape), axis, block_size), p, backend)
