@@ -53,7 +53,8 @@ def _check_num_bits(num_bits):
                     "format supported)")
 
 
-def _check_axis(axis):
+def check_axis(axis):
+    """modelopt's ``axis``: None, an int or a tuple of ints (a TypeError otherwise)."""
     if axis is None:
         return None
     allowed = "None, an int or a tuple of ints"
@@ -62,7 +63,8 @@ def _check_axis(axis):
     return as_int("axis", axis, allowed)
 
 
-def _check_block_sizes(block_sizes, axis):
+def check_block_sizes(block_sizes, axis):
+    """modelopt's ``block_sizes``: None or a dict, not together with ``axis``."""
     if block_sizes is None:
         return None
     if axis is not None:
@@ -135,8 +137,8 @@ class ScaledQuantDescriptor:
             raise TypeError(f"name must be a string or None, not {type(name)}.")
         self._name = name
         self._fake_quant = bool(fake_quant)
-        self._axis = _check_axis(axis)
-        self._block_sizes = _check_block_sizes(block_sizes, self._axis)
+        self._axis = check_axis(axis)
+        self._block_sizes = check_block_sizes(block_sizes, self._axis)
         self._learn_amax = bool(learn_amax)
         if self._learn_amax and self._axis is not None:
             raise TypeError(f"axis is ignored and must be None when learn_amax is true, got {type(self._axis)}.")
