@@ -32,12 +32,11 @@ from .modelopt_ops import (
     dynamic_block_quant,
     fake_affine_tensor_quant,
     fake_tensor_quant,
-    reduce_amax,
     scaled_e4m3,
     tensor_quant,
 )
 from .nf4 import NF4Quantized, quantize_nf4
-from .reductions import reduce_min_max
+from .reductions import reduce_amax, reduce_min_max
 from .threads import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"

@@ -46,8 +46,8 @@ import numpy.typing as npt
 
 from .backends import check_backend_name, resolve_backend
 from .layout import resolve_layout
-from .modelopt_ops import reduce_amax
 from .placement import Host, placement
+from .reductions import reduce_amax
 from .validation import check_choice
 
 __all__ = ["MaxCalibrator", "HistogramCalibrator", "MAX_NUM_BINS"]

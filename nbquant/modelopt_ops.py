@@ -25,12 +25,13 @@ from .backends import resolve_backend
 from .formats import get_format
 from .layout import BlockLayout, as_int, param_grid, resolve_layout
 from .placement import Host, host_array, is_device_array, placement
-from .reductions import block_min_max
-from .spec import NO_FLOAT_FORMAT, AmaxSpec, DynamicSpec
-from .validation import check_affine_range, check_amax, check_bool, check_int, show
+from .reductions import block_amax, block_min_max, reduce_amax, reduce_min_max
+from .spec import NO_FLOAT_FORMAT, AmaxSpec
+from .validation import check_affine_range, check_amax, check_bool, check_int
 
 __all__ = [
     "reduce_amax",
+    "reduce_min_max",
     "tensor_quant",
     "fake_tensor_quant",
     "scaled_e4m3",
@@ -132,7 +133,7 @@ def amax_layout(x: np.ndarray, amax, axis, block_size) -> BlockLayout:
 def amax_grid(x, amax, layout, p: Host, backend) -> np.ndarray:
     """The float32 amax block grid on the host: ``amax`` checked and laid on the grid, or reduced from ``x``."""
     if amax is None:
-        return _reduce_amax(x, layout, p, backend)
+        return block_amax(x, layout, p, backend)
     a = check_amax(host_array(amax) if is_device_array(amax) else amax)
     try:
         grid = param_grid("amax", a, layout) if a.shape != tuple(layout.shape) or layout.num_blocks == a.size \
@@ -142,56 +143,6 @@ def amax_grid(x, amax, layout, p: Host, backend) -> np.ndarray:
     if grid is None:  # a broadcast shape with size-1 dims: squeeze onto the grid
         grid = a.reshape(layout.grid) if a.size == layout.num_blocks else param_grid("amax", a, layout)
     return np.ascontiguousarray(grid, np.float32)
-
-
-def reduce_amax(x: npt.ArrayLike, *, axis: int | None = None, block_size=None, layout: BlockLayout | None = None,
-                backend: str | None = None) -> np.ndarray:
-    """Return ``max |x|`` per block; NaN if the block holds a NaN.
-
-    Parameters
-    ----------
-    x : array_like
-        float32, float16, bfloat16 or float64 input (a CUDA device array stays on its device).
-    axis, block_size : int or tuple of int, optional
-        The blocks, as in :func:`nbquant.quantize` (neither: the whole tensor).
-    layout : BlockLayout, optional
-        The blocks as a :class:`~nbquant.layout.BlockLayout` of ``x``'s shape, instead of ``axis``/``block_size``.
-    backend : str, optional
-        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
-
-    Returns
-    -------
-    numpy.ndarray
-        float32, the block grid.
-
-    Examples
-    --------
-    >>> import numpy as np, nbquant
-    >>> nbquant.reduce_amax(np.array([[1.0, -3.0], [0.5, 2.0]], np.float32), axis=0)
-    array([[3.],
-           [2.]], dtype=float32)
-    """
-    p = placement(x)
-    x = p.float_input(x)
-    if layout is None:
-        layout = resolve_layout(tuple(x.shape), axis, block_size)
-    elif not isinstance(layout, BlockLayout):
-        raise TypeError(f"layout={show(layout)} must be a nbquant.layout.BlockLayout (or pass axis=/block_size=)")
-    elif layout.shape != resolve_layout(tuple(x.shape)).shape:
-        raise ValueError(f"layout describes shape {layout.shape}, not x's shape {tuple(x.shape)}")
-    elif axis is not None or block_size is not None:
-        raise ValueError(f"axis={axis!r} and block_size={block_size!r} cannot be combined with layout=; pass one")
-    return p.like_input(_reduce_amax(x, layout, p, backend))
-
-
-def _reduce_amax(x, layout: BlockLayout, p: Host, backend) -> np.ndarray:
-    """The float32 amax grid of ``x`` (placed by ``p``) on the host."""
-    if x.size == 0:
-        return np.zeros(layout.grid, np.float32)
-    _, hi = resolve_backend(backend, p).reduce_keys(x, DynamicSpec.reduction(layout))
-    amax = np.asarray(hi, np.int64).astype(np.uint32).view(np.float32).reshape(layout.grid)
-    amax[np.isnan(amax)] = np.nan  # the canonical NaN, not the payload of whichever NaN the reduction kept
-    return amax
 
 
 def _fake(x, amax, num_bits, unsigned, narrow_range, axis, block_size, backend, codes: bool):
