@@ -10,7 +10,7 @@ their own amax — the **kept** dims, like TensorRT's axis and unlike pypto's),
 
 The functions mirror the documented ``tensor_quant`` module with its positional
 signatures (``TensorQuantFunction.forward(inputs, amax, num_bits=8, unsigned=False,
-narrow_range=True)`` etc.) and run on :mod:`nbquant.modelopt_ops`:
+narrow_range=True)`` etc.) and run on :mod:`nbquant.modelopt.ops`:
 
 * :func:`tensor_quant`: ``(clamp(rne(x * S), lo, hi), S)`` with ``S = maxbound / amax``;
 * :func:`fake_tensor_quant`: ``clamp(rne(x * S), lo, hi) / S``;
@@ -26,8 +26,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from .. import api, modelopt_ops
+from .. import api
 from ..layout import as_int
+from ..modelopt import ops as modelopt_ops
 from ..validation import as_real_array, check_int, show
 
 __all__ = ["ScaledQuantDescriptor", "QuantDescriptor", "tensor_quant", "fake_tensor_quant",
@@ -246,7 +247,7 @@ QuantDescriptor = ScaledQuantDescriptor
 def _amax(amax):
     if amax is None:
         raise TypeError("amax=None: modelopt's tensor_quant/fake_tensor_quant need an amax tensor "
-                        "(nbquant.modelopt_ops computes it from the input when amax is None)")
+                        "(nbquant.modelopt.ops computes it from the input when amax is None)")
     return amax
 
 

@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from .. import modelopt_ops
+from ..modelopt import ops as modelopt_ops
 from ..validation import show
 from . import modelopt as _descriptors
 from . import modelopt_calib, modelopt_qtensor
