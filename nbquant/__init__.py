@@ -84,7 +84,3 @@ def __getattr__(name: str):
                       f"nbquant.modelopt.{name}", DeprecationWarning, stacklevel=2)
         return getattr(modelopt, name)
     raise AttributeError(f"module 'nbquant' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_MODELOPT_ALIASES})

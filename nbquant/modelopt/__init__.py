@@ -23,7 +23,6 @@ from ..reductions import reduce_amax
 from .calibration import HistogramCalibrator, MaxCalibrator
 from .grad import fake_affine_tensor_quant_backward, fake_tensor_quant_backward
 from .ops import (
-    block_sizes_to_layout,
     dynamic_block_quant,
     fake_affine_tensor_quant,
     fake_tensor_quant,
@@ -34,7 +33,6 @@ from .ops import (
 __all__ = [
     "HistogramCalibrator",
     "MaxCalibrator",
-    "block_sizes_to_layout",
     "dynamic_block_quant",
     "fake_affine_tensor_quant",
     "fake_affine_tensor_quant_backward",
