@@ -1,4 +1,4 @@
-"""The backend registry and the device switch.
+"""The backend registry: which backend runs a call (where its arrays live is :mod:`nbquant.placement`'s).
 
 Each backend is a package (``reference``, ``cpu``, ``cuda``) exposing one object,
 ``BACKEND``, that implements :class:`~nbquant.backends.interface.Backend`. Packages
