@@ -54,7 +54,6 @@ __all__ = [
     "get_backend",
     "get_format",
     "get_num_threads",
-    "modelopt",
     "output_pool_bytes",
     "quantize",
     "quantize_dynamic",
