@@ -10,6 +10,10 @@ array([[ 0.094, -0.693],
        [ 2.   ,  0.504]], dtype=float32)
 """
 
+import warnings
+
+from . import _dask as _dask  # plugs the dask engine into nbquant.placement (dask itself is imported on first use)
+from . import modelopt
 from ._memory import output_pool_bytes, set_output_pool
 from .api import dequantize, quantize
 from .backends import (
@@ -22,21 +26,11 @@ from .backends import (
     use_backend,
 )
 from .block_formats import MX_FORMATS, BlockQuantized, dequantize_mx, dequantize_nvfp4, quantize_mx, quantize_nvfp4
-from .calibration import HistogramCalibrator, MaxCalibrator
 from .codes import PackedCodes
 from .dynamic import choose_qparams, quantize_dynamic
 from .formats import FORMATS, QuantFormat, get_format
-from .modelopt_grad import fake_affine_tensor_quant_backward, fake_tensor_quant_backward
-from .modelopt_ops import (
-    dynamic_block_quant,
-    fake_affine_tensor_quant,
-    fake_tensor_quant,
-    reduce_amax,
-    scaled_e4m3,
-    tensor_quant,
-)
 from .nf4 import NF4Quantized, quantize_nf4
-from .reductions import reduce_min_max
+from .reductions import reduce_amax, reduce_min_max
 from .threads import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
@@ -47,8 +41,6 @@ __all__ = [
     "BackendInfo",
     "BackendUnavailableError",
     "BlockQuantized",
-    "HistogramCalibrator",
-    "MaxCalibrator",
     "NF4Quantized",
     "NumbaCacheWarning",
     "PackedCodes",
@@ -59,11 +51,6 @@ __all__ = [
     "dequantize",
     "dequantize_mx",
     "dequantize_nvfp4",
-    "dynamic_block_quant",
-    "fake_affine_tensor_quant",
-    "fake_affine_tensor_quant_backward",
-    "fake_tensor_quant",
-    "fake_tensor_quant_backward",
     "get_backend",
     "get_format",
     "get_num_threads",
@@ -75,10 +62,24 @@ __all__ = [
     "quantize_nvfp4",
     "reduce_amax",
     "reduce_min_max",
-    "scaled_e4m3",
     "set_backend",
     "set_num_threads",
     "set_output_pool",
-    "tensor_quant",
     "use_backend",
 ]
+
+#: The modelopt vocabulary, now in :mod:`nbquant.modelopt`: at the root these names are deprecated aliases.
+_MODELOPT_ALIASES = frozenset({
+    "HistogramCalibrator", "MaxCalibrator", "dynamic_block_quant", "fake_affine_tensor_quant",
+    "fake_affine_tensor_quant_backward", "fake_tensor_quant", "fake_tensor_quant_backward", "scaled_e4m3",
+    "tensor_quant",
+})
+
+
+def __getattr__(name: str):
+    """``nbquant.fake_tensor_quant`` & co.: :mod:`nbquant.modelopt`'s, with a DeprecationWarning."""
+    if name in _MODELOPT_ALIASES:
+        warnings.warn(f"nbquant.{name} is deprecated: modelopt's vocabulary lives in nbquant.modelopt; use "
+                      f"nbquant.modelopt.{name}", DeprecationWarning, stacklevel=2)
+        return getattr(modelopt, name)
+    raise AttributeError(f"module 'nbquant' has no attribute {name!r}")

@@ -23,6 +23,8 @@ import weakref
 
 import numpy as np
 
+from .layout import as_int
+
 __all__ = ["host_empty", "set_output_pool", "output_pool_bytes"]
 
 #: Results smaller than this come from ``numpy.empty`` (glibc reuses its heap for them).
@@ -109,9 +111,9 @@ def set_output_pool(max_bytes: int) -> int:
     >>> nbquant.set_output_pool(previous)
     0
     """
-    from .validation import check_int
-
-    limit = check_int("max_bytes", max_bytes, low=0)
+    limit = as_int("max_bytes", max_bytes, "an integer")
+    if limit < 0:
+        raise ValueError(f"max_bytes={max_bytes!r} is out of range; use max_bytes >= 0")
     dropped = []
     with _lock:
         previous, _state["limit"] = _limit(), limit

@@ -10,20 +10,17 @@ import numpy as np
 import numpy.typing as npt
 
 from . import modes
-from ._dask import any_dask_array, packed_format
-from ._memory import host_empty
-from .backends import device_code_input, device_float_input, device_result, is_device_array, resolve_backend
-from .codes import PackedCodes
+from .backends import resolve_backend
 from .formats import QuantFormat, get_format
 from .layout import resolve_layout
+from .placement import packed_format, placement
 from .spec import DequantizeSpec, QuantizeSpec
 from .validation import (
     check_choice,
     check_float_format_arguments,
-    check_float_input,
     check_half_scale,
-    check_out,
     check_out_dtype,
+    check_packed,
     check_quant_range,
     check_scale,
     check_zero_point,
@@ -37,43 +34,6 @@ ZeroPointOrder = Literal["after_rounding", "before_rounding"]
 _SCALE_OPS = ("divide", "reciprocal", "multiply")
 _COMPUTE_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 _ZP_ORDERS = ("after_rounding", "before_rounding")
-
-
-def _check_packed(packed, fmt: QuantFormat, last_dim: int) -> bool:
-    if not isinstance(packed, (bool, np.bool_)):
-        raise TypeError(f"packed={packed!r} must be True or False")
-    if packed:
-        if not fmt.packable:
-            raise ValueError(f"packed=True needs a 2-, 4- or 6-bit format (int4, uint4, int2, uint2, float4_e2m1fn, "
-                             f"float6_*); dtype is {fmt.name}")
-        k, nbytes = fmt.pack_group
-        if last_dim % k:
-            raise ValueError(f"packed=True stores {k} {fmt.name} codes in {nbytes} byte(s) along the last axis, whose "
-                             f"length {last_dim} is not a multiple of {k}; pad the last axis to a multiple of {k}")
-    return bool(packed)
-
-
-def _lazy_call(*arrays, out) -> bool:
-    """Whether a call is lazy (a dask array among ``arrays``); ``out=`` is refused then (dask arrays are immutable)."""
-    lazy = any_dask_array(*arrays)
-    if lazy and out is not None:
-        raise TypeError("out= cannot be combined with dask arrays, whose result is a new dask array; leave out=None "
-                        "and store the result with dask (e.g. dask.array.store or to_zarr)")
-    return lazy
-
-
-def _result(out, shape: tuple[int, ...], dtype: np.dtype, device: bool, source, inputs: dict):
-    """The array a call writes: ``out`` checked against ``shape`` / ``dtype`` / ``inputs``, or a new one.
-
-    ``inputs`` maps argument names to the values the caller passed; ``source`` is the
-    checked data array. Device calls get a numba device array (a new one, or ``out``
-    checked as one).
-    """
-    if device:
-        return device_result(out, shape, dtype, inputs=(source,))
-    if out is None:
-        return host_empty(shape, dtype)
-    return check_out(out, shape, dtype, inputs)
 
 
 def quantize(
@@ -187,9 +147,9 @@ def quantize(
     """
     fmt = get_format(dtype)
     passed = {"x": x, "scale": scale, "zero_point": zero_point}
-    lazy = _lazy_call(x, scale, zero_point, out=out)
-    device = is_device_array(x) or is_device_array(out)  # CUDA arrays stay on the device (cuda backend)
-    x = device_float_input(x) if device else check_float_input(x, lazy=lazy)
+    p = placement(x, scale, zero_point, out=out)  # host, CUDA (stays on its device) or dask (lazy)
+    lazy = p.lazy
+    x = p.float_input(x)
     layout = resolve_layout(x.shape, axis, block_size)
     op = check_choice("scale_op", scale_op, _SCALE_OPS)
     order = check_choice("zero_point_order", zero_point_order, _ZP_ORDERS)
@@ -209,28 +169,24 @@ def quantize(
     if zp is not None and precision != "float32":
         zp = zp.astype(_COMPUTE_DTYPES[precision]).astype(np.float32)
     qmin, qmax = check_quant_range(fmt, quant_min, quant_max)
-    packed = _check_packed(packed, fmt, layout.shape[-1])
+    packed = check_packed(packed, fmt, layout.shape[-1])
     shape = x.shape[:-1] + (fmt.packed_length(x.shape[-1]),) if packed else x.shape
     out_dtype = np.dtype(np.uint8) if packed else fmt.dtype
     if lazy:  # a dask argument: this function on every chunk, with the chunk's part of scale and zero_point
-        from ._dask import engine
-
         per_chunk = functools.partial(quantize, dtype=dtype, quant_min=quant_min, quant_max=quant_max, packed=packed,
                                       scale_op=scale_op, zero_point_order=zero_point_order, saturate=saturate,
                                       compute_dtype=compute_dtype, backend=backend)
-        output = engine.Output("data", out_dtype, fmt.pack_group if packed else engine.NO_PACK,
-                               fmt.name if packed else None)
-        return engine.map_layout(per_chunk, x, layout, [output], params={"scale": scale, "zero_point": zero_point},
-                                 token="nbquant-quantize")[0]
-    result = _result(out, shape, out_dtype, device, x, passed)
+        output = p.engine.Output("data", out_dtype, fmt.pack_group if packed else p.engine.NO_PACK,
+                                 fmt.name if packed else None)
+        return p.map(per_chunk, x, layout, [output], params={"scale": scale, "zero_point": zero_point},
+                     token="nbquant-quantize")[0]
+    result = p.result(shape, out_dtype, out, passed)
     spec = QuantizeSpec(fmt, layout, qmin, qmax, modes.ScaleOp.of(op != "divide", precision),
                         order == "before_rounding", packed, bool(saturate))
-    impl = resolve_backend(backend, (x, result))
+    impl = resolve_backend(backend, p)
     if x.size:
         impl.quantize(x, s, zp, spec, result.view(np.uint8 if packed else fmt.storage))
-    if packed and out is None and not device:
-        return PackedCodes(result, fmt.name)
-    return result
+    return p.packed(result, fmt.name) if packed and out is None else result
 
 
 def _unpacked_length(fmt: QuantFormat, nbytes: int) -> int:
@@ -324,10 +280,10 @@ def dequantize(
     array([[ 1., -1.]], dtype=float32)
     """
     passed = {"q": q, "scale": scale, "zero_point": zero_point}
-    lazy = _lazy_call(q, scale, zero_point, out=out)
-    tag = q.format if isinstance(q, PackedCodes) else packed_format(q)
-    device = is_device_array(q) or is_device_array(out)  # CUDA arrays stay on the device (cuda backend)
-    q = device_code_input(q, lazy=lazy)
+    p = placement(q, scale, zero_point, out=out)  # host, CUDA (stays on its device) or dask (lazy)
+    lazy = p.lazy
+    tag = packed_format(q)
+    q = p.code_input(q)
     fmt, packed = _code_format(q, dtype, tag)
     out_dt = check_out_dtype(out_dtype)
     shape = q.shape[:-1] + (_unpacked_length(fmt, q.shape[-1]),) if packed else q.shape
@@ -337,16 +293,14 @@ def dequantize(
         check_float_format_arguments(fmt, zero_point=zero_point)
     zp = check_zero_point(zero_point, layout, fmt, integral=False, lazy=lazy)
     if lazy:  # a dask argument: this function on every chunk, with the chunk's part of scale and zero_point
-        from ._dask import engine
-
         per_chunk = functools.partial(dequantize, dtype=fmt.name if packed else dtype, out_dtype=out_dt,
                                       backend=backend)
-        return engine.map_layout(per_chunk, q, layout, [engine.Output("data", out_dt)],
-                                 params={"scale": scale, "zero_point": zero_point},
-                                 pack=fmt.pack_group if packed else engine.NO_PACK, token="nbquant-dequantize")[0]
-    result = _result(out, shape, out_dt, device, q, passed)
+        return p.map(per_chunk, q, layout, [p.engine.Output("data", out_dt)],
+                     params={"scale": scale, "zero_point": zero_point},
+                     pack=fmt.pack_group if packed else p.engine.NO_PACK, token="nbquant-dequantize")[0]
+    result = p.result(shape, out_dt, out, passed)
     spec = DequantizeSpec(fmt, layout, packed, out_dt)
-    impl = resolve_backend(backend, (q, result))
+    impl = resolve_backend(backend, p)
     if result.size:
         impl.dequantize(q.view(np.uint8 if packed else fmt.storage), s, zp, spec, result)
     return result

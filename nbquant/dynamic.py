@@ -16,15 +16,13 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from ._dask import is_dask_array
-from ._memory import host_empty
-from .backends import device_copy, device_float_input, device_result, is_device_array, resolve_backend
-from .codes import PackedCodes
+from .backends import resolve_backend
 from .formats import get_format
 from .layout import BlockLayout, resolve_layout
 from .modes import Mapping, ScaleOp
+from .placement import HOST, Host, Lazy, placement
 from .spec import DynamicSpec
-from .validation import check_bool, check_choice, check_float_scalar, check_quant_range
+from .validation import check_bool, check_choice, check_float_scalar, check_packed, check_quant_range
 
 __all__ = ["choose_qparams", "quantize_dynamic", "MappingName"]
 
@@ -74,11 +72,7 @@ def make_spec(x_shape, dtype, axis, block_size, mapping, quant_min, quant_max, e
     else:
         op_name = check_choice("scale_op", "reciprocal" if scale_op is None else scale_op, ("reciprocal", "divide"))
         op, reciprocal = ScaleOp.DIVIDE, op_name == "reciprocal"
-    packed = check_bool("packed", packed)
-    if packed:
-        from .api import _check_packed
-
-        _check_packed(packed, fmt, layout.shape[-1])
+    packed = check_packed(check_bool("packed", packed), fmt, layout.shape[-1])
     return DynamicSpec(fmt, layout, code, qmin, qmax, (qmax - qmin) / 2, _check_eps(eps),
                        int((qmax + qmin + 1) / 2), float(qmax), op, reciprocal, packed)
 
@@ -174,30 +168,28 @@ def choose_qparams(
     >>> float(s), int(zp)
     (0.019607843831181526, 51)
     """
-    lazy = is_dask_array(x)
-    device = is_device_array(x)
-    x = device_float_input(x, lazy=lazy)
+    p = placement(x)
+    x = p.float_input(x)
     spec = make_spec(x.shape, dtype, axis, block_size, mapping, quant_min, quant_max, eps, scale_op, narrow_range,
                      False)
-    if lazy:
+    if p.lazy:
         arguments = {"dtype": dtype, "mapping": mapping, "quant_min": quant_min, "quant_max": quant_max, "eps": eps,
                      "narrow_range": narrow_range, "scale_op": scale_op, "backend": backend}
-        return _lazy(x, spec, block_size, functools.partial(choose_qparams, **arguments), arguments, codes=False)
+        return _lazy(p, x, spec, block_size, functools.partial(choose_qparams, **arguments), arguments, codes=False)
     if x.size == 0:
-        scale, zp = _empty_input_qparams(spec, device)
+        scale, zp = _empty_input_qparams(spec, p)
     else:
-        scale, zp = _qparams_arrays(spec.layout.grid, device)
-        resolve_backend(backend, (x,)).choose_qparams(x, spec, scale, zp)
+        scale, zp = _qparams_arrays(spec.layout.grid, p)
+        resolve_backend(backend, p).choose_qparams(x, spec, scale, zp)
     shape = _param_shape(spec.layout, block_size)
     return scale.reshape(shape), zp.reshape(shape)
 
 
-def _codes(x, spec: DynamicSpec, device: bool):
+def _codes(x, spec: DynamicSpec, p: Host):
     """The new codes array of ``x`` (packed: uint8 bytes) and its storage view, which the kernels write."""
     fmt = spec.format
     shape = tuple(x.shape[:-1]) + (x.shape[-1] // fmt.codes_per_byte,) if spec.packed else tuple(x.shape)
-    code_dtype = np.uint8 if spec.packed else fmt.dtype
-    codes = device_result(None, shape, code_dtype) if device else host_empty(shape, code_dtype)
+    codes = p.result(shape, np.uint8 if spec.packed else fmt.dtype)
     return codes, codes.view(np.uint8 if spec.packed else fmt.storage)
 
 
@@ -211,14 +203,12 @@ def _quantize_with_qparams(impl, x, spec: DynamicSpec, out, scale: np.ndarray, z
         impl.quantize(x, s, zp.reshape(grid).astype(np.float32), spec.quantize_spec, out)
 
 
-def _qparams_arrays(grid: tuple[int, ...], device: bool):
-    """Empty float32 scale and int32 zero-point grids, on the device for device inputs."""
-    if device:
-        return device_result(None, grid, np.float32), device_result(None, grid, np.int32)
-    return np.empty(grid, np.float32), np.empty(grid, np.int32)
+def _qparams_arrays(grid: tuple[int, ...], p: Host):
+    """Empty float32 scale and int32 zero-point grids, where ``p`` places results."""
+    return p.result(grid, np.float32), p.result(grid, np.int32)
 
 
-def _empty_input_qparams(spec: DynamicSpec, device: bool):
+def _empty_input_qparams(spec: DynamicSpec, p: Host):
     """The block-grid qparams of an empty input (no data to reduce, no kernel to run).
 
     Every block gets the scale floor ``eps`` (1.0 for ``"modelopt"``) and its
@@ -228,7 +218,7 @@ def _empty_input_qparams(spec: DynamicSpec, device: bool):
     scale = np.full(spec.layout.grid, np.float32(1) if modelopt else np.float32(spec.eps))
     zp = np.full(spec.layout.grid, spec.qmin if spec.mapping == Mapping.ASYMMETRIC else (0 if modelopt else
                                                                                          spec.zp_sym), np.int32)
-    return (device_copy(scale), device_copy(zp)) if device else (scale, zp)
+    return p.like_input(scale), p.like_input(zp)
 
 
 def quantize_dynamic(
@@ -297,32 +287,30 @@ def quantize_dynamic(
     (PackedCodes([[130, 100],
                  [ 33, 125]], dtype=uint8, format='int4'), array([0.05333333, 1.        ], dtype=float32))
     """
-    lazy = is_dask_array(x)
-    device = is_device_array(x)
-    x = device_float_input(x, lazy=lazy)
+    p = placement(x)
+    x = p.float_input(x)
     spec = make_spec(x.shape, dtype, axis, block_size, mapping, quant_min, quant_max, eps, scale_op, narrow_range,
                      packed)
-    if lazy:
+    if p.lazy:
         arguments = {"dtype": dtype, "mapping": mapping, "quant_min": quant_min, "quant_max": quant_max, "eps": eps,
                      "narrow_range": narrow_range, "scale_op": scale_op, "backend": backend}
         per_chunk = functools.partial(quantize_dynamic, packed=packed, **arguments)
-        return _lazy(x, spec, block_size, per_chunk, arguments, codes=True)
-    fmt = spec.format
-    impl = resolve_backend(backend, (x,)) if x.size else None  # an empty input runs no kernel
-    codes, store = _codes(x, spec, device)
+        return _lazy(p, x, spec, block_size, per_chunk, arguments, codes=True)
+    impl = resolve_backend(backend, p) if x.size else None  # an empty input runs no kernel
+    codes, store = _codes(x, spec, p)
     if impl is None:
-        scale, zp = _empty_input_qparams(spec, device)
+        scale, zp = _empty_input_qparams(spec, p)
     else:
-        scale, zp = _qparams_arrays(spec.layout.grid, device)
+        scale, zp = _qparams_arrays(spec.layout.grid, p)
         if spec.fused_rows() is None or not impl.quantize_dynamic(x, spec, store, scale, zp):
             # Two passes: the block-grid qparams (on the host, small), then the backend's static quantize kernel.
-            s_host, z_host = _qparams_arrays(spec.layout.grid, False)
+            s_host, z_host = _qparams_arrays(spec.layout.grid, HOST)
             impl.choose_qparams(x, spec, s_host, z_host)
             _quantize_with_qparams(impl, x, spec, store, s_host, z_host)
-            scale, zp = (device_copy(s_host), device_copy(z_host)) if device else (s_host, z_host)
+            scale, zp = p.like_input(s_host), p.like_input(z_host)
     pshape = _param_shape(spec.layout, block_size)
-    if spec.packed and not device:
-        codes = PackedCodes(codes, fmt.name)
+    if spec.packed:
+        codes = p.packed(codes, spec.format.name)
     return codes, scale.reshape(pshape), zp.reshape(pshape)
 
 
@@ -333,17 +321,17 @@ def _quantize_given(x, scale, zero_point, dtype, *, axis=None, block_size=None, 
     The second pass of a chunked (dask) :func:`quantize_dynamic` whose qparams span
     several chunks: NaN and inf scales are allowed (their blocks become the zero point).
     """
-    x = device_float_input(x)
+    x = HOST.float_input(x)
     spec = make_spec(x.shape, dtype, axis, block_size, mapping, quant_min, quant_max, eps, scale_op, narrow_range,
                      packed)
-    codes, store = _codes(x, spec, False)
+    codes, store = _codes(x, spec, HOST)
     if x.size:
-        impl = resolve_backend(backend, (x,))
+        impl = resolve_backend(backend, HOST)
         _quantize_with_qparams(impl, x, spec, store, np.asarray(scale), np.asarray(zero_point))
-    return PackedCodes(codes, spec.format.name) if spec.packed else codes
+    return HOST.packed(codes, spec.format.name) if spec.packed else codes
 
 
-def _lazy(x, spec: DynamicSpec, block_size, per_chunk, arguments: dict, codes: bool):
+def _lazy(p: Lazy, x, spec: DynamicSpec, block_size, per_chunk, arguments: dict, codes: bool):
     """:func:`choose_qparams` or (``codes``) :func:`quantize_dynamic` of a dask array; ``per_chunk`` is the call.
 
     One pass (``per_chunk`` on every chunk, aligned to the blocks) when each block lies in
@@ -351,8 +339,7 @@ def _lazy(x, spec: DynamicSpec, block_size, per_chunk, arguments: dict, codes: b
     chunks): the block keys reduced over the chunks, the qparams from them, then
     :func:`_quantize_given` on every chunk.
     """
-    from ._dask import engine
-
+    engine = p.engine
     fmt = spec.format
     outputs = [engine.Output("grid", np.dtype(np.float32)), engine.Output("grid", np.dtype(np.int32))]
     code_output = engine.Output("data", np.dtype(np.uint8) if spec.packed else fmt.dtype,
@@ -360,7 +347,7 @@ def _lazy(x, spec: DynamicSpec, block_size, per_chunk, arguments: dict, codes: b
                                 fmt.name if spec.packed else None)
     token = "nbquant-quantize-dynamic" if codes else "nbquant-choose-qparams"
     if not engine.split_dims(x, spec.layout):
-        results = engine.map_layout(per_chunk, x, spec.layout, [code_output] * codes + outputs, token=token)
+        results = p.map(per_chunk, x, spec.layout, [code_output] * codes + outputs, token=token)
     else:
         lo, hi = engine.block_keys(x, spec.layout, spec.use_minmax, arguments["backend"])
         choose = functools.partial(choose_qparams, **arguments)
@@ -369,7 +356,7 @@ def _lazy(x, spec: DynamicSpec, block_size, per_chunk, arguments: dict, codes: b
                                    choose=choose, use_minmax=spec.use_minmax)
         if codes:
             given = functools.partial(_quantize_given, packed=spec.packed, **arguments)
-            results = engine.map_layout(given, x, spec.layout, [code_output], token=token,
+            results = p.map(given, x, spec.layout, [code_output], token=token,
                                         params={"scale": results[0], "zero_point": results[1]}) + results
     pshape = _param_shape(spec.layout, block_size)
     return (*results[:-2], results[-2].reshape(pshape), results[-1].reshape(pshape))

@@ -7,10 +7,9 @@ import math
 import ml_dtypes
 import numpy as np
 
-from ._dask import check_known_chunks, is_dask_array
 from .formats import QuantFormat
-from .interop import as_host_array
 from .layout import BlockLayout, as_int, param_grid
+from .placement import FLOAT_INPUT_DTYPES, check_float_input, check_known_chunks, check_out, is_dask_array
 
 __all__ = [
     "FLOAT_INPUT_DTYPES",
@@ -23,6 +22,7 @@ __all__ = [
     "check_choice",
     "check_out_dtype",
     "check_float_format_arguments",
+    "check_packed",
     "as_real_array",
     "show",
     "check_finite",
@@ -33,32 +33,8 @@ __all__ = [
     "check_affine_range",
 ]
 
-FLOAT_INPUT_DTYPES = tuple(map(np.dtype, (np.float32, np.float16, ml_dtypes.bfloat16, np.float64)))
 FLOAT_OUTPUT_DTYPES = tuple(map(np.dtype, (np.float32, np.float16, ml_dtypes.bfloat16)))
 _NAMES = "float32, float16, bfloat16 (ml_dtypes) or float64"
-
-
-def _check_float_dtype(dtype: np.dtype, name: str) -> None:
-    if dtype not in FLOAT_INPUT_DTYPES:
-        raise TypeError(f"{name} has dtype {dtype}; nbquant quantizes {_NAMES} arrays. Convert it first, e.g. "
-                        f"{name}.astype(numpy.float32) (NumPy) or {name}.float() (torch)")
-
-
-def check_float_input(x, name: str = "x", *, lazy: bool = False) -> np.ndarray:
-    """Return ``x`` as a C-contiguous NumPy array of a supported float dtype (copies only if not contiguous).
-
-    ``x`` is read by :func:`nbquant.interop.as_host_array`: zero-copy for NumPy arrays,
-    CPU torch tensors (bfloat16 included) and CPU DLPack objects. With ``lazy``, a dask
-    array is returned as it is, its dtype and chunk sizes checked (its chunks' values are
-    checked when computed).
-    """
-    if lazy and is_dask_array(x):
-        check_known_chunks(x, name)
-        _check_float_dtype(x.dtype, name)
-        return x
-    arr = as_host_array(x, name)
-    _check_float_dtype(arr.dtype, name)
-    return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)  # ascontiguousarray makes 0-d 1-d
 
 
 def show(value) -> str:
@@ -321,42 +297,19 @@ def check_quant_range(fmt: QuantFormat, quant_min, quant_max) -> tuple[int, int]
     return lo, min(hi, fmt.largest_code)
 
 
-def _overlaps(out: np.ndarray, value) -> bool:
-    """Whether ``out`` shares a byte with ``value`` (an array, or an object NumPy views without a copy).
-
-    Bounds first (``may_share_memory``), then the exact test; an overlap too hard to
-    decide exactly counts as one.
-    """
-    if not isinstance(value, np.ndarray):
-        if not (hasattr(value, "__array_interface__") or hasattr(value, "__array__")):
-            return False  # Python scalars, lists: NumPy copies them, nothing to overlap
-        value = np.asarray(value)
-    if not np.may_share_memory(out, value):
-        return False
-    try:
-        return bool(np.shares_memory(out, value, max_work=1 << 20))
-    except np.exceptions.TooHardError:
-        return True
-
-
-def check_out(out, shape: tuple[int, ...], dtype: np.dtype, inputs: dict | None = None) -> np.ndarray:
-    """Check a user ``out=`` array: exact shape and dtype, C-contiguous, writeable, not overlapping inputs.
-
-    ``inputs`` maps argument names to the values the user passed (before any copy or
-    conversion), so a view into a scale's bytes or a non-contiguous input is caught too.
-    """
-    if not isinstance(out, np.ndarray):
-        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
-    if out.shape != shape or out.dtype != dtype:
-        raise ValueError(f"out has shape {out.shape} and dtype {out.dtype}; this call needs shape {shape} "
-                         f"and dtype {np.dtype(dtype)}")
-    if not out.flags.c_contiguous or not out.flags.writeable:
-        raise ValueError("out must be a writeable C-contiguous array; allocate it with numpy.empty(shape, dtype)")
-    for name, value in (inputs or {}).items():
-        if value is not None and _overlaps(out, value):
-            raise ValueError(f"out shares memory with {name}; nbquant never modifies its inputs, so pass a separate "
-                             f"array, e.g. out=numpy.empty({shape}, {np.dtype(dtype).name!r})")
-    return out
+def check_packed(packed, fmt: QuantFormat, last_dim: int) -> bool:
+    """``packed`` as a bool, checked: True only for a packable format whose group divides the last axis."""
+    if not isinstance(packed, (bool, np.bool_)):
+        raise TypeError(f"packed={packed!r} must be True or False")
+    if packed:
+        if not fmt.packable:
+            raise ValueError(f"packed=True needs a 2-, 4- or 6-bit format (int4, uint4, int2, uint2, float4_e2m1fn, "
+                             f"float6_*); dtype is {fmt.name}")
+        k, nbytes = fmt.pack_group
+        if last_dim % k:
+            raise ValueError(f"packed=True stores {k} {fmt.name} codes in {nbytes} byte(s) along the last axis, whose "
+                             f"length {last_dim} is not a multiple of {k}; pad the last axis to a multiple of {k}")
+    return bool(packed)
 
 
 def check_float_format_arguments(fmt: QuantFormat, **integer_only) -> None:

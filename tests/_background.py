@@ -115,7 +115,7 @@ def warm_numba_cache() -> None:
     nbquant.quantize_dynamic(x, "int16", axis=0, backend="cpu")
     for dtype in (np.float16, ml_dtypes.bfloat16, np.float64):
         xx = x.astype(dtype)
-        nbquant.fake_tensor_quant(xx, None, 8, axis=0, backend="cpu")
+        nbquant.modelopt.fake_tensor_quant(xx, None, 8, axis=0, backend="cpu")
         nbquant.quantize(xx, 0.5, "float4_e2m1fn", packed=True, backend="cpu")
         nbquant.quantize(xx, 0.5, "uint4", packed=True, backend="cpu")
 

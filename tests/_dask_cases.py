@@ -64,14 +64,14 @@ def _nvfp4_roundtrip(x):
 
 
 def _max_calibrator(x):
-    calibrator = nbquant.MaxCalibrator(axis=1)
+    calibrator = nbquant.modelopt.MaxCalibrator(axis=1)
     calibrator.collect(x)
     calibrator.collect(x * 2)
     return calibrator.compute_amax()
 
 
 def _histogram_calibrator(x):
-    calibrator = nbquant.HistogramCalibrator(num_bins=64, skip_zeros=True)
+    calibrator = nbquant.modelopt.HistogramCalibrator(num_bins=64, skip_zeros=True)
     calibrator.collect(x)
     calibrator.collect(x * 30)
     return calibrator.histogram, calibrator.bin_edges

@@ -27,8 +27,11 @@ pytestmark = pytest.mark.nosim
 
 
 def assert_rule_holds(rule: str, root: Path = ROOT) -> None:
-    """Fail with ``rule: N offender(s)`` and one offender a line unless ``rule`` holds on ``root``."""
-    offenders = checker.RULES[rule](root)
+    """Fail with ``rule: N offender(s)`` and one offender a line unless ``rule`` holds on ``root``.
+
+    Offenders listed in the checker's ``PENDING`` pass (as the checker's own run prints them: warnings).
+    """
+    offenders, _ = checker.split_pending(rule, checker.RULES[rule](root))
     if offenders:
         pytest.fail(f"{rule}: {len(offenders)} offender(s)\n" + "\n".join(f"  {o}" for o in offenders), pytrace=False)
 
@@ -61,8 +64,21 @@ def test_tree_simulator_only_in_runtime():
     assert_rule_holds("simulator-only-in-runtime")
 
 
-def test_tree_module_length():
-    assert_rule_holds("module-length")
+def test_tree_layers():
+    assert_rule_holds("layers")
+
+
+def test_tree_no_private_imports():
+    assert_rule_holds("no-private-imports")
+
+
+def test_tree_oracle_not_in_production():
+    assert_rule_holds("oracle-not-in-production")
+
+
+def test_tree_module_length_is_a_warning_only():
+    assert "module-length" in checker.WARNINGS and "module-length" not in checker.RULES
+    checker.check_module_length(ROOT)  # runs; its offenders are printed, never a failure
 
 
 def test_tree_cited_files_exist():
@@ -74,7 +90,7 @@ def test_tree_checker_runs_every_rule_from_a_cold_cache():
     must not turn a test red)."""
     checker._parse_cached.cache_clear()
     checker._import_graph_cached.cache_clear()
-    for name, rule in checker.RULES.items():
+    for name, rule in {**checker.RULES, **checker.WARNINGS}.items():
         rule(ROOT)  # raises on a rule that cannot run; the test_tree_* tests assert each rule's verdict
         assert name
 
@@ -228,15 +244,85 @@ def test_mentions_simulator(name, expected):
     assert checker.mentions_simulator(name) is expected
 
 
-def test_module_over_500_lines_is_reported(tmp_path):
+def test_module_over_800_lines_is_a_warning(tmp_path, capsys):
     make_tree(tmp_path, {
-        "nbquant/long.py": "x = 1\n" * 501,
-        "nbquant/ok.py": "x = 1\n" * 500,
-        "tools/long_tool.py": "x = 1\n" * 600,
-        "tests/test_long.py": "x = 1\n" * 600,
+        "nbquant/api.py": "x = 1\n" * 801,
+        "nbquant/dynamic.py": "x = 1\n" * 800,
+        "tools/long_tool.py": "x = 1\n" * 900,
+        "tests/test_long.py": "x = 1\n" * 900,
     })
     assert checker.check_module_length(tmp_path) == [
-        "nbquant/long.py: 501 lines (max 500)", "tools/long_tool.py: 600 lines (max 500)"]
+        "nbquant/api.py: 801 lines (max 800)", "tools/long_tool.py: 900 lines (max 800)"]
+    assert checker.main(["--root", str(tmp_path), "--rule", "module-length"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "module-length: ok", "  warning: nbquant/api.py: 801 lines (max 800)",
+        "  warning: tools/long_tool.py: 900 lines (max 800)"]
+
+
+def test_an_import_that_runs_up_a_layer_and_a_module_on_no_layer_are_reported(tmp_path):
+    make_tree(tmp_path, {
+        "nbquant/placement.py": "from ._dask import engine\n",  # ground -> engines: up
+        "nbquant/_dask/__init__.py": "",
+        "nbquant/_dask/engine.py": "from ..backends import registry\nfrom .. import placement\n",  # down: fine
+        "nbquant/backends/__init__.py": "",
+        "nbquant/backends/registry.py": "def lazy():\n    from ..api import quantize\n",  # lazy counts too
+        "nbquant/api.py": "from . import dynamic\n",  # a sibling front door: same layer, fine
+        "nbquant/dynamic.py": "",
+        "nbquant/gguf.py": "",
+    })
+    assert checker.check_layers(tmp_path) == [
+        "nbquant.backends.registry (backends) -> nbquant.api (front doors): runs up",
+        "nbquant.gguf: on no layer; add it to LAYERS in tools/check_architecture.py",
+        "nbquant.placement (ground) -> nbquant._dask.engine (engines): runs up",
+    ]
+
+
+def test_private_names_of_other_modules_are_reported(tmp_path):
+    make_tree(tmp_path, {
+        "nbquant/threads.py": "_requested = []\n_lock = None\n",
+        "nbquant/peer.py": "__all__ = ['_peer_name']\ndef _peer_name(): ...\ndef _hidden(): ...\n",
+        "nbquant/_memory.py": "def host_empty(): ...\n",
+        "nbquant/user.py": """
+            from . import _memory, threads as threads_module
+            from .peer import _peer_name, _hidden
+            from ._memory import host_empty
+            from .threads import __doc__
+
+            def f():
+                return threads_module._requested, threads_module.__name__, _memory.host_empty, _hidden
+        """,
+        "nbquant/threads_user.py": "import nbquant.threads as t\nx = t._lock\n",
+    })
+    assert checker.check_no_private_imports(tmp_path) == [
+        "nbquant/threads_user.py:2: nbquant.threads._lock",
+        "nbquant/user.py:3: nbquant.peer._hidden",
+        "nbquant/user.py:8: nbquant.threads._requested",
+    ]
+
+
+def test_the_reference_backend_imported_outside_the_registry_is_reported(tmp_path):
+    make_tree(tmp_path, {
+        "nbquant/backends/__init__.py": "PACKAGES = {'reference': 'nbquant.backends.reference'}\n",
+        "nbquant/backends/reference/__init__.py": "from . import static\n",
+        "nbquant/backends/reference/static.py": "",
+        "nbquant/backends/cpu/__init__.py": "",
+        "nbquant/backends/cpu/dynamic.py": "def fallback():\n    from ..reference import BACKEND\n",
+    })
+    assert checker.check_oracle_not_in_production(tmp_path) == [
+        "nbquant.backends.cpu.dynamic -> nbquant.backends.reference"]
+
+
+def test_pending_offenders_are_warnings_and_a_stale_entry_fails(monkeypatch):
+    monkeypatch.setattr(checker, "PENDING", {"no-private-imports": ("a.py: nbquant.x._y", "b.py: nbquant.x._z")})
+    failures, pending = checker.split_pending("no-private-imports", ["a.py:12: nbquant.x._y", "c.py:3: nbquant.x._w"])
+    assert pending == ["a.py:12: nbquant.x._y"]
+    assert failures == ["c.py:3: nbquant.x._w", "PENDING entry no longer offends: b.py: nbquant.x._z"]
+
+
+def test_a_cited_cache_directory_is_a_build_output(tmp_path):
+    make_tree(tmp_path, {"docs/dask.md": "the cache (`nbquant/backends/cpu/__pycache__`, or NUMBA_CACHE_DIR)\n",
+                         "nbquant/backends/cpu/__init__.py": ""})
+    assert checker.check_cited_files_exist(tmp_path) == []
 
 
 def test_missing_cited_file_is_reported(tmp_path):
@@ -274,15 +360,16 @@ def test_stale_dotted_reference_is_reported(tmp_path):
     ]
 
 
-def test_main_prints_each_rule_and_exits_1_on_a_violation(tmp_path, capsys):
-    make_tree(tmp_path, {"nbquant/a.py": "from . import b\n", "nbquant/b.py": "from . import a\n"})
+def test_main_prints_each_rule_and_exits_1_on_a_violation(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(checker, "PENDING", {})
+    make_tree(tmp_path, {"nbquant/api.py": "from . import dynamic\n", "nbquant/dynamic.py": "from . import api\n"})
     assert checker.main(["--root", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert out.splitlines()[:2] == ["import-cycles: 1 offender(s)", "  nbquant.a -> nbquant.b -> nbquant.a"]
+    assert out.splitlines()[:2] == ["import-cycles: 1 offender(s)", "  nbquant.api -> nbquant.dynamic -> nbquant.api"]
     assert "module-length: ok" in out and "cited-files-exist: ok" in out
-    (tmp_path / "nbquant" / "b.py").write_text("VALUE = 2\n", encoding="utf-8")
+    (tmp_path / "nbquant" / "dynamic.py").write_text("VALUE = 2\n", encoding="utf-8")
     assert checker.main(["--root", str(tmp_path)]) == 0
-    assert capsys.readouterr().out.splitlines() == [f"{rule}: ok" for rule in checker.RULES]
+    assert capsys.readouterr().out.splitlines() == [f"{rule}: ok" for rule in [*checker.RULES, *checker.WARNINGS]]
 
 
 def test_tree_option_lists_path_lines_and_docstring(tmp_path, capsys):

@@ -188,31 +188,33 @@ ROWS = [
     *_rows(nbquant.quantize_dynamic, lambda: _x(dtype="int8"), "quant_max", "int", allowed=[None], extra=[3.7]),
     *_rows(nbquant.quantize_dynamic, lambda: _x(dtype="int4"), "packed", "bool"),
     # --- modelopt operations
-    *_rows(nbquant.fake_tensor_quant, _x, "amax", "amax"),
-    *_rows(nbquant.fake_tensor_quant, _x, "num_bits", "count", extra=[8.5, 1, 17]),
-    *_rows(nbquant.fake_tensor_quant, _x, "unsigned", "bool"),
-    *_rows(nbquant.fake_tensor_quant, _x, "narrow_range", "bool"),
-    *_rows(nbquant.fake_tensor_quant, _x, "axis", "int", **NONE_OK),
-    *_rows(nbquant.tensor_quant, _x, "amax", "amax"),
-    *_rows(nbquant.tensor_quant, _x, "num_bits", "count", extra=[8.5]),
-    *_rows(nbquant.scaled_e4m3, _x, "amax", "amax"),
-    *_rows(nbquant.scaled_e4m3, _x, "E", "count", extra=[np.array([4, 4])]),
-    *_rows(nbquant.scaled_e4m3, _x, "M", "count"),
-    *_rows(nbquant.dynamic_block_quant, lambda: _x(block_sizes={-1: 16}), "num_bits", "count", extra=[8.5]),
-    *_rows(nbquant.dynamic_block_quant, _x, "block_sizes", "int",
+    *_rows(nbquant.modelopt.fake_tensor_quant, _x, "amax", "amax"),
+    *_rows(nbquant.modelopt.fake_tensor_quant, _x, "num_bits", "count", extra=[8.5, 1, 17]),
+    *_rows(nbquant.modelopt.fake_tensor_quant, _x, "unsigned", "bool"),
+    *_rows(nbquant.modelopt.fake_tensor_quant, _x, "narrow_range", "bool"),
+    *_rows(nbquant.modelopt.fake_tensor_quant, _x, "axis", "int", **NONE_OK),
+    *_rows(nbquant.modelopt.tensor_quant, _x, "amax", "amax"),
+    *_rows(nbquant.modelopt.tensor_quant, _x, "num_bits", "count", extra=[8.5]),
+    *_rows(nbquant.modelopt.scaled_e4m3, _x, "amax", "amax"),
+    *_rows(nbquant.modelopt.scaled_e4m3, _x, "E", "count", extra=[np.array([4, 4])]),
+    *_rows(nbquant.modelopt.scaled_e4m3, _x, "M", "count"),
+    *_rows(nbquant.modelopt.dynamic_block_quant, lambda: _x(block_sizes={-1: 16}), "num_bits", "count", extra=[8.5]),
+    *_rows(nbquant.modelopt.dynamic_block_quant, _x, "block_sizes", "int",
            extra=[{-1: True}, {-1: "16"}, {-1: 2.5}, {True: 16}, {-1: 0}, {-1: -4}, {np.True_: 16}]),
     *_rows(nbquant.reduce_min_max, _x, "axis", "int", **NONE_OK),
     *_rows(nbquant.reduce_amax, _x, "axis", "int", **NONE_OK),
     *_rows(nbquant.reduce_amax, _x, "layout", "choice", allowed=[None],
            extra=[nbquant.layout.resolve_layout((4, 16))]),
     (nbquant.reduce_amax, lambda: _x(axis=0), "layout", nbquant.layout.resolve_layout((2, 32), axis=0)),
-    *_rows(nbquant.fake_affine_tensor_quant, _affine, "min_range", "finite", extra=[2.0, 1.0]),
-    *_rows(nbquant.fake_affine_tensor_quant, _affine, "max_range", "finite", extra=[-2.0, -1.0]),
-    *_rows(nbquant.fake_affine_tensor_quant, _affine, "num_bits", "count", extra=[8.5, 1, 17]),
-    *_rows(nbquant.fake_tensor_quant_backward, lambda: {"grad_output": X, "x": X, "amax": 1.0, **R}, "amax",
+    *_rows(nbquant.modelopt.fake_affine_tensor_quant, _affine, "min_range", "finite", extra=[2.0, 1.0]),
+    *_rows(nbquant.modelopt.fake_affine_tensor_quant, _affine, "max_range", "finite", extra=[-2.0, -1.0]),
+    *_rows(nbquant.modelopt.fake_affine_tensor_quant, _affine, "num_bits", "count", extra=[8.5, 1, 17]),
+    *_rows(nbquant.modelopt.fake_tensor_quant_backward, lambda: {"grad_output": X, "x": X, "amax": 1.0, **R}, "amax",
            "amax"),
-    *_rows(nbquant.fake_affine_tensor_quant_backward, _affine_backward, "min_range", "finite", extra=[2.0, 1.0]),
-    *_rows(nbquant.fake_affine_tensor_quant_backward, _affine_backward, "max_range", "finite", extra=[-2.0, -1.0]),
+    *_rows(nbquant.modelopt.fake_affine_tensor_quant_backward, _affine_backward, "min_range", "finite",
+           extra=[2.0, 1.0]),
+    *_rows(nbquant.modelopt.fake_affine_tensor_quant_backward, _affine_backward, "max_range", "finite",
+           extra=[-2.0, -1.0]),
     # --- nbquant.compat front-ends
     *_rows(tripy.quantize, lambda: {"input": X, "scale": 0.5, "dtype": "int8"}, "scale", "positive"),
     *_rows(tripy.quantize, lambda: {"input": X, "scale": TWO, "dtype": "int8"}, "dim", "int", allowed=[None]),
@@ -363,7 +365,8 @@ def test_every_public_function_has_rows():
         *REFUSED,  # refuse every call (test_refused_calls_say_what_to_use_instead)
     }
     public = [getattr(nbquant, n) for n in nbquant.__all__]
-    public += [getattr(m, n) for m in (modelopt, onnx, pypto, tensorrt, torchao, tripy) for n in m.__all__]
+    public += [getattr(m, n) for m in (nbquant.modelopt, modelopt, onnx, pypto, tensorrt, torchao, tripy)
+               for n in m.__all__]
     functions = {f for f in public if callable(f) and not isinstance(f, type) or f in (modelopt.QuantDescriptor,)}
     missing = {_name(f) for f in functions - covered - no_numeric_arguments}
     assert not missing, f"add rows to ROWS for {sorted(missing)}"
@@ -406,19 +409,20 @@ def test_every_public_function_has_rows():
      r"^eps=1e\+300 must be finite and > 0; 1e\+300 overflows float32"),
     (lambda: tripy.quantize(X.astype(np.float16), 1e5, "int8"), ValueError,
      r"^scale must be finite and > 0; scale is 100000.0, which overflows float16 \(largest finite value 65504\)$"),
-    (lambda: nbquant.fake_affine_tensor_quant(X, 0, 1e-44, **R), ValueError,
+    (lambda: nbquant.modelopt.fake_affine_tensor_quant(X, 0, 1e-44, **R), ValueError,
      r"^min_range=0, max_range=1e-44, num_bits=8: the step \(max_range - min_range\) / \(2\*\*8 - 1\) = 3.85e-47 "
      r"underflows to 0 in float32, so the output would be NaN or inf; use max_range - min_range >= 3.57e-43$"),
-    (lambda: nbquant.fake_affine_tensor_quant(X, -3e38, 3e38, **R), ValueError,
+    (lambda: nbquant.modelopt.fake_affine_tensor_quant(X, -3e38, 3e38, **R), ValueError,
      r"^min_range=-3e\+38, max_range=3e\+38, num_bits=8: max_range - min_range overflows float32"),
-    (lambda: nbquant.fake_affine_tensor_quant(X, 0.0, 3.4028235e38, num_bits=16, **R), ValueError,
+    (lambda: nbquant.modelopt.fake_affine_tensor_quant(X, 0.0, 3.4028235e38, num_bits=16, **R), ValueError,
      r"num_bits=16: the highest output level \(q \+ zero point\) \* step overflows float32"),
-    (lambda: nbquant.fake_affine_tensor_quant(X, 1.0, 1.0000000001, **R), ValueError,
+    (lambda: nbquant.modelopt.fake_affine_tensor_quant(X, 1.0, 1.0000000001, **R), ValueError,
      r"^min_range=1.0 must be below max_range=1.0000000001 \(they are equal in float32\)$"),
-    (lambda: nbquant.fake_affine_tensor_quant_backward(X, X, 2.0, 1.0, **R), ValueError,
+    (lambda: nbquant.modelopt.fake_affine_tensor_quant_backward(X, X, 2.0, 1.0, **R), ValueError,
      r"^min_range=2.0 must be below max_range=1.0$"),
-    (lambda: nbquant.fake_affine_tensor_quant(X, 0.0, 1.0, 8.5, **R), TypeError, r"^num_bits=8.5 must be an integer$"),
-    (lambda: nbquant.fake_tensor_quant(X, 1e300, **R), ValueError,
+    (lambda: nbquant.modelopt.fake_affine_tensor_quant(X, 0.0, 1.0, 8.5, **R), TypeError,
+     r"^num_bits=8.5 must be an integer$"),
+    (lambda: nbquant.modelopt.fake_tensor_quant(X, 1e300, **R), ValueError,
      r"^amax must be within float32's range .*; amax is 1e\+300, which overflows float32"),
 ])
 def test_message(call, exc, message):
@@ -433,7 +437,8 @@ def test_integral_floats_are_accepted_for_integer_ranges():
     q = torchao.quantize_affine(np.array([[-9.0, 9.0]], np.float32), (1, 2), 1.0, 0, "int8", quant_min=-3.0,
                                 quant_max=4.0)
     assert q.tolist() == [[-3, 4]]
-    np.testing.assert_array_equal(nbquant.scaled_e4m3(X, 1.0, E=4.0, M=3.0, **R), nbquant.scaled_e4m3(X, 1.0, **R))
+    np.testing.assert_array_equal(nbquant.modelopt.scaled_e4m3(X, 1.0, E=4.0, M=3.0, **R),
+                                  nbquant.modelopt.scaled_e4m3(X, 1.0, **R))
 
 
 def _affine_outputs(lo, hi, n, x):
@@ -460,7 +465,7 @@ def test_fake_affine_refuses_exactly_the_ranges_whose_output_is_not_finite(n):
                     continue
                 finite = np.isfinite(_affine_outputs(lo, hi, n, x)).all()
                 try:
-                    got = nbquant.fake_affine_tensor_quant(x, lo, hi, n, **R)
+                    got = nbquant.modelopt.fake_affine_tensor_quant(x, lo, hi, n, **R)
                 except ValueError:
                     refused += 1
                     assert not finite, (lo, hi)

@@ -17,12 +17,12 @@ def _batches(seed=0):
 
 
 def test_max_calibrator(backend):
-    cal = nbquant.MaxCalibrator(backend=backend)
+    cal = nbquant.modelopt.MaxCalibrator(backend=backend)
     assert cal.compute_amax() is None
     for b in _batches():
         cal.collect(b)
     assert cal.compute_amax() == max(np.abs(b).max() for b in _batches())
-    per = nbquant.MaxCalibrator(axis=0, backend=backend)
+    per = nbquant.modelopt.MaxCalibrator(axis=0, backend=backend)
     for b in _batches():
         per.collect(b)
     np.testing.assert_array_equal(per.compute_amax(), np.max([np.abs(b).max(axis=1) for b in _batches()], axis=0))
@@ -32,7 +32,8 @@ def test_max_calibrator(backend):
 
 @pytest.mark.parametrize("skip_zeros", [False, True])
 def test_histogram_matches_reference(backend, skip_zeros):
-    cals = [nbquant.HistogramCalibrator(num_bins=64, skip_zeros=skip_zeros, backend=b) for b in (backend, "reference")]
+    cals = [nbquant.modelopt.HistogramCalibrator(num_bins=64, skip_zeros=skip_zeros, backend=b)
+            for b in (backend, "reference")]
     for b in _batches():
         b[0, :3] = 0.0
         for c in cals:
@@ -70,7 +71,7 @@ def test_histogram_kernel_special_values(backend, dtype):
 
 
 def test_histogram_hand_example():
-    cal = nbquant.HistogramCalibrator(num_bins=8)
+    cal = nbquant.modelopt.HistogramCalibrator(num_bins=8)
     cal.collect(np.array([0.0, 1.0, 2.0, 4.0, -8.0], np.float32))
     assert cal.histogram.tolist() == [1, 1, 1, 0, 1, 0, 0, 1]
     assert cal.compute_amax("percentile", percentile=50) == 2.0
@@ -83,7 +84,7 @@ def test_entropy_and_mse_are_sensible():
     rng = np.random.default_rng(3)
     x = rng.standard_normal(200_000).astype(np.float32)
     x[:5] = 40.0  # outliers
-    cal = nbquant.HistogramCalibrator()
+    cal = nbquant.modelopt.HistogramCalibrator()
     cal.collect(x)
     assert 2.0 < float(cal.compute_amax("entropy")) < 20.0  # KL clips the outliers
     # MSE weighs the 5 outliers' clipping error ((40 - a)**2 each) against the bulk's rounding error
@@ -92,35 +93,37 @@ def test_entropy_and_mse_are_sensible():
 
 
 def test_all_zero_batch():
-    cal = nbquant.HistogramCalibrator(num_bins=4)
+    cal = nbquant.modelopt.HistogramCalibrator(num_bins=4)
     cal.collect(np.zeros(5, np.float32))
     assert cal.histogram.tolist() == [5, 0, 0, 0] and cal.compute_amax("percentile") == 0.0
 
 
 @pytest.mark.parametrize(("call", "exc", "match"), [
-    (lambda: nbquant.HistogramCalibrator(num_bins=1), ValueError, "num_bins=1"),
-    (lambda: nbquant.HistogramCalibrator(skip_zeros=1), TypeError, "skip_zeros=1"),
-    (lambda: nbquant.MaxCalibrator(axis=1.5), TypeError, "axis=1.5"),
-    (lambda: nbquant.MaxCalibrator().collect(np.array([np.nan], np.float32)), ValueError, "NaN or inf"),
-    (lambda: nbquant.HistogramCalibrator().collect(np.array([np.inf], np.float32)), ValueError, "NaN or inf"),
-    (lambda: nbquant.HistogramCalibrator().compute_amax("kl"), ValueError, "method='kl'"),
-    (lambda: nbquant.HistogramCalibrator().compute_amax(num_bits=0), ValueError, "num_bits=0"),
-    (lambda: nbquant.HistogramCalibrator().compute_amax(stride=0), ValueError, "stride=0"),
-    (lambda: nbquant.HistogramCalibrator().compute_amax(start_bin=-1), ValueError, "start_bin=-1"),
-    (lambda: nbquant.HistogramCalibrator(num_bins=2.5), TypeError, "num_bins=2.5"),
-    (lambda: nbquant.HistogramCalibrator(num_bins=True), TypeError, "num_bins=True"),
-    (lambda: nbquant.HistogramCalibrator(num_bins=(1 << 20) + 1), ValueError, "num_bins=1048577"),
-    (lambda: nbquant.HistogramCalibrator(backend="gpu"), ValueError, "backend='gpu'"),
-    (lambda: nbquant.MaxCalibrator(backend=3), ValueError, "backend=3"),
-    (lambda: nbquant.HistogramCalibrator().compute_amax("percentile", percentile="99"), TypeError, "percentile='99'"),
-    (lambda: nbquant.HistogramCalibrator().compute_amax(percentile=float("nan")), ValueError, "percentile=nan"),
-    (lambda: nbquant.HistogramCalibrator().compute_amax(percentile=-1), ValueError, "percentile=-1"),
-    (lambda: nbquant.HistogramCalibrator().compute_amax(None), ValueError, "method=None"),
-    (lambda: nbquant.HistogramCalibrator().compute_amax(num_bits=8.0), TypeError, "num_bits=8.0"),
-    (lambda: nbquant.HistogramCalibrator().compute_amax(num_bits=17), ValueError, "num_bits=17"),
-    (lambda: nbquant.HistogramCalibrator().compute_amax(unsigned=1), TypeError, "unsigned=1"),
-    (lambda: nbquant.HistogramCalibrator().compute_amax(stride=1.5), TypeError, "stride=1.5"),
-    (lambda: nbquant.HistogramCalibrator().compute_amax(start_bin="1"), TypeError, "start_bin='1'"),
+    (lambda: nbquant.modelopt.HistogramCalibrator(num_bins=1), ValueError, "num_bins=1"),
+    (lambda: nbquant.modelopt.HistogramCalibrator(skip_zeros=1), TypeError, "skip_zeros=1"),
+    (lambda: nbquant.modelopt.MaxCalibrator(axis=1.5), TypeError, "axis=1.5"),
+    (lambda: nbquant.modelopt.MaxCalibrator().collect(np.array([np.nan], np.float32)), ValueError, "NaN or inf"),
+    (lambda: nbquant.modelopt.HistogramCalibrator().collect(np.array([np.inf], np.float32)), ValueError, "NaN or inf"),
+    (lambda: nbquant.modelopt.HistogramCalibrator().compute_amax("kl"), ValueError, "method='kl'"),
+    (lambda: nbquant.modelopt.HistogramCalibrator().compute_amax(num_bits=0), ValueError, "num_bits=0"),
+    (lambda: nbquant.modelopt.HistogramCalibrator().compute_amax(stride=0), ValueError, "stride=0"),
+    (lambda: nbquant.modelopt.HistogramCalibrator().compute_amax(start_bin=-1), ValueError, "start_bin=-1"),
+    (lambda: nbquant.modelopt.HistogramCalibrator(num_bins=2.5), TypeError, "num_bins=2.5"),
+    (lambda: nbquant.modelopt.HistogramCalibrator(num_bins=True), TypeError, "num_bins=True"),
+    (lambda: nbquant.modelopt.HistogramCalibrator(num_bins=(1 << 20) + 1), ValueError, "num_bins=1048577"),
+    (lambda: nbquant.modelopt.HistogramCalibrator(backend="gpu"), ValueError, "backend='gpu'"),
+    (lambda: nbquant.modelopt.MaxCalibrator(backend=3), ValueError, "backend=3"),
+    (lambda: nbquant.modelopt.HistogramCalibrator().compute_amax("percentile", percentile="99"), TypeError,
+     "percentile='99'"),
+    (lambda: nbquant.modelopt.HistogramCalibrator().compute_amax(percentile=float("nan")), ValueError,
+     "percentile=nan"),
+    (lambda: nbquant.modelopt.HistogramCalibrator().compute_amax(percentile=-1), ValueError, "percentile=-1"),
+    (lambda: nbquant.modelopt.HistogramCalibrator().compute_amax(None), ValueError, "method=None"),
+    (lambda: nbquant.modelopt.HistogramCalibrator().compute_amax(num_bits=8.0), TypeError, "num_bits=8.0"),
+    (lambda: nbquant.modelopt.HistogramCalibrator().compute_amax(num_bits=17), ValueError, "num_bits=17"),
+    (lambda: nbquant.modelopt.HistogramCalibrator().compute_amax(unsigned=1), TypeError, "unsigned=1"),
+    (lambda: nbquant.modelopt.HistogramCalibrator().compute_amax(stride=1.5), TypeError, "stride=1.5"),
+    (lambda: nbquant.modelopt.HistogramCalibrator().compute_amax(start_bin="1"), TypeError, "start_bin='1'"),
 ])
 def test_bad_arguments(call, exc, match):
     with pytest.raises(exc, match=match):
@@ -128,14 +131,14 @@ def test_bad_arguments(call, exc, match):
 
 
 def test_bad_percentile_and_start_bin():
-    cal = nbquant.HistogramCalibrator(num_bins=8)
+    cal = nbquant.modelopt.HistogramCalibrator(num_bins=8)
     cal.collect(np.ones(4, np.float32))
     with pytest.raises(ValueError, match="percentile=101"):
         cal.compute_amax("percentile", percentile=101)
     with pytest.raises(ValueError, match="start_bin=8"):
         cal.compute_amax("entropy", start_bin=8)
     with pytest.raises(ValueError, match="shape"):
-        m = nbquant.MaxCalibrator(axis=0)
+        m = nbquant.modelopt.MaxCalibrator(axis=0)
         m.collect(np.ones((2, 3), np.float32))
         m.collect(np.ones((3, 3), np.float32))
 
@@ -181,7 +184,7 @@ def _data(kind, rng):
 def test_every_method_on_unusual_data(backend, kind):
     """Data away from zero used to break entropy (NumPy casting error); none of these may raise or lose a value."""
     x = _data(kind, np.random.default_rng(4))
-    cals = [nbquant.HistogramCalibrator(backend=b) for b in (backend, "reference")]
+    cals = [nbquant.modelopt.HistogramCalibrator(backend=b) for b in (backend, "reference")]
     for c in cals:
         c.collect(x)
         _check_state(c, x.size)
@@ -204,14 +207,14 @@ def test_every_method_on_unusual_data(backend, kind):
         assert got.histogram[0] == x.size and amax["percentile"] == 0
     if kind == "uniform [0.5, 1]":  # entropy's KL is 0 at the first edge above the data's lowest bin (as modelopt's)
         assert 0.5 <= amax["entropy"] < 0.51 and amax["mse"] > 0.99 and amax["percentile"] > 0.999
-    m = nbquant.MaxCalibrator(backend=backend)
+    m = nbquant.modelopt.MaxCalibrator(backend=backend)
     m.collect(x)
     assert m.compute_amax() == top
 
 
 def test_subnormal_maximum_gets_distinct_edges():
     """A max too small for num_bins distinct float32 edges: the step is a whole number of subnormals."""
-    cal = nbquant.HistogramCalibrator(num_bins=16)
+    cal = nbquant.modelopt.HistogramCalibrator(num_bins=16)
     x = np.array([3, 0, 2, 17], np.float32) * F32.smallest_subnormal  # 17 units over 16 bins: step 2 units
     cal.collect(x)
     assert (cal.bin_edges / F32.smallest_subnormal).tolist() == [2.0 * i for i in range(17)]
@@ -224,7 +227,7 @@ def test_all_zero_batches_then_data(backend, skip_zeros):
     """An all-zero first batch used to make every later collect raise OverflowError (zero bin width)."""
     rng = np.random.default_rng(5)
     normal = [rng.standard_normal(1000).astype(np.float32) * s for s in (1, 2)]
-    cal = nbquant.HistogramCalibrator(num_bins=64, skip_zeros=skip_zeros, backend=backend)
+    cal = nbquant.modelopt.HistogramCalibrator(num_bins=64, skip_zeros=skip_zeros, backend=backend)
     cal.collect(np.zeros((3, 5), np.float32))
     cal.collect(-np.zeros(7, np.float32))
     zeros = 0 if skip_zeros else 22
@@ -234,7 +237,7 @@ def test_all_zero_batches_then_data(backend, skip_zeros):
     for b in normal:
         cal.collect(b)
     # the first batch with a non-zero value starts the range as a first batch would; the zeros stay in bin 0
-    alone = nbquant.HistogramCalibrator(num_bins=64, skip_zeros=skip_zeros, backend=backend)
+    alone = nbquant.modelopt.HistogramCalibrator(num_bins=64, skip_zeros=skip_zeros, backend=backend)
     for b in normal:
         alone.collect(b)
     np.testing.assert_array_equal(cal.bin_edges, alone.bin_edges)
@@ -246,7 +249,7 @@ def test_all_zero_batches_then_data(backend, skip_zeros):
 def test_values_near_float32_max_are_counted(backend):
     """|x| * num_bins overflowing float32 (|x| > ~1.7e35 for 2048 bins) used to drop the value."""
     x = np.array([F32.max, -1e38, 2e35, 1.7e35, -1e30, 1.0, 0.0], np.float32)
-    cal = nbquant.HistogramCalibrator(backend=backend)
+    cal = nbquant.modelopt.HistogramCalibrator(backend=backend)
     cal.collect(x)
     _check_state(cal, x.size)
     bins = np.floor(np.abs(x.astype(np.float64)) / float(F32.max) * 2048).astype(int).clip(max=2047)
@@ -278,7 +281,7 @@ def test_range_growth_is_bounded(backend, factor):
     first[0] = 4.0  # width 4 / num_bins
     second = (rng.uniform(-1, 1, 2000) * factor).astype(np.float32)
     second[0] = np.float32(min(4 * factor, float(F32.max)))
-    cal = nbquant.HistogramCalibrator(num_bins=256, backend=backend)
+    cal = nbquant.modelopt.HistogramCalibrator(num_bins=256, backend=backend)
     cal.collect(first)
     before, old_edges = cal.histogram.copy(), cal.bin_edges.copy()
     cal.collect(second)
@@ -294,7 +297,7 @@ def test_range_growth_is_bounded(backend, factor):
     assert cal.bin_edges[-1] >= np.abs(second).max()
     # the old counts were added in groups of `group` bins, the new batch binned over the new range
     merged = np.add.reduceat(before, np.arange(0, before.size, min(group, before.size)))
-    new = nbquant.HistogramCalibrator(num_bins=256, backend="reference")
+    new = nbquant.modelopt.HistogramCalibrator(num_bins=256, backend="reference")
     new.bin_edges, new.histogram = cal.bin_edges, np.zeros(n, np.int64)
     new.collect(second)
     np.testing.assert_array_equal(cal.histogram[:merged.size] - merged, new.histogram[:merged.size])
@@ -307,7 +310,7 @@ def test_range_growth_is_bounded(backend, factor):
 
 def test_growth_to_float32_max_keeps_a_partial_last_bin(backend):
     """bins * width past float32's max: the last edge is the max and the kernel's leftovers go to the last bin."""
-    cal = nbquant.HistogramCalibrator(num_bins=8, backend=backend)
+    cal = nbquant.modelopt.HistogramCalibrator(num_bins=8, backend=backend)
     cal.collect(np.array([3.0, 1.0], np.float32))
     cal.collect(np.array([F32.max, -F32.max, 3e38, 1e38], np.float32))
     _check_state(cal, 6)
@@ -339,7 +342,7 @@ FINITE_BATCHES = st.lists(
        on_reference=st.booleans())
 def test_any_finite_batches(backend, batches, num_bins, skip_zeros, on_reference):
     """Any finite float32 batches: every value counted, strict edges within the bound, a finite amax by every method."""
-    cal = nbquant.HistogramCalibrator(num_bins=num_bins, skip_zeros=skip_zeros,
+    cal = nbquant.modelopt.HistogramCalibrator(num_bins=num_bins, skip_zeros=skip_zeros,
                                       backend="reference" if on_reference else backend)
     counted = 0
     for b in batches:
@@ -352,7 +355,7 @@ def test_any_finite_batches(backend, batches, num_bins, skip_zeros, on_reference
 
 
 def test_entropy_needs_start_bin_above_zero():
-    cal = nbquant.HistogramCalibrator(num_bins=8)
+    cal = nbquant.modelopt.HistogramCalibrator(num_bins=8)
     cal.collect(np.ones(4, np.float32))
     centres = (cal.bin_edges[1:] + cal.bin_edges[:-1]) / 2
     assert cal.compute_amax("mse", start_bin=0) == centres[7]  # every count in the last bin

@@ -46,7 +46,7 @@ def test_max_calibrator_refusals():
 
 def test_histogram_calibrator_is_the_native_one_with_modelopts_arguments():
     x = np.array([0.0, 1.0, 2.0, 4.0, -8.0] * 40, np.float32)
-    ours, native = cmo.HistogramCalibrator(4, unsigned=True, num_bins=64), nbquant.HistogramCalibrator(64)
+    ours, native = cmo.HistogramCalibrator(4, unsigned=True, num_bins=64), nbquant.modelopt.HistogramCalibrator(64)
     ours.collect(x)
     native.collect(x)
     for method in ("entropy", "mse", "percentile"):

@@ -46,15 +46,15 @@ def test_calibrate_load_amax_then_quantize():
 
 def test_dynamic_integer_blocks_are_nbquants_dynamic_block_quant():
     cfg = {"num_bits": 4, "block_sizes": {-1: 2, "type": "dynamic"}}
-    np.testing.assert_array_equal(TensorQuantizer(cfg)(X), nbquant.dynamic_block_quant(X, cfg["block_sizes"], 4,
-                                                                                      False, False))
+    np.testing.assert_array_equal(TensorQuantizer(cfg)(X),
+                                  nbquant.modelopt.dynamic_block_quant(X, cfg["block_sizes"], 4, False, False))
 
 
 def test_static_tiles_are_nbquants_tiles_of_the_zero_padded_input():
     x = np.random.default_rng(4).standard_normal((5, 7)).astype(np.float32)
     tq = TensorQuantizer({"num_bits": 4, "block_sizes": {-2: 2, -1: 4}})
     xp = np.pad(x, [(0, 1), (0, 1)])  # modelopt's zero padding to whole 2 x 4 tiles
-    want = nbquant.fake_tensor_quant(xp, None, 4, False, False, block_size=(2, 4))[:5, :7]
+    want = nbquant.modelopt.fake_tensor_quant(xp, None, 4, False, False, block_size=(2, 4))[:5, :7]
     np.testing.assert_array_equal(tq(x), want)
     assert tq.axis == (0, 2)  # modelopt's kept dims of its view (3, 2, 2, 4)
     with pytest.raises(ValueError, match="Input shape has changed from"):
@@ -70,8 +70,9 @@ def test_static_tiles_calibrate_in_modelopts_amax_shape():
     tiles = np.abs(np.pad(x, [(0, 3), (0, 2)])).reshape(2, 4, 2, 4).max(axis=(1, 3), keepdims=True)
     np.testing.assert_array_equal(tq.amax, tiles)
     tq.disable_calib()
-    np.testing.assert_array_equal(tq(x), nbquant.fake_tensor_quant(np.pad(x, [(0, 3), (0, 2)]), tiles.reshape(2, 2),
-                                                                   8, False, False, block_size=(4, 4))[:5, :6])
+    padded = np.pad(x, [(0, 3), (0, 2)])
+    expected = nbquant.modelopt.fake_tensor_quant(padded, tiles.reshape(2, 2), 8, False, False, block_size=(4, 4))
+    np.testing.assert_array_equal(tq(x), expected[:5, :6])
     tq.reset_amax()
     tq.amax = 3.0  # one amax broadcasts to every tile, as in modelopt
     np.testing.assert_array_equal(tq(x), fake_tensor_quant(x, np.float32(3.0), 8, False, False))
@@ -84,7 +85,8 @@ def test_static_tiles_calibrate_in_modelopts_amax_shape():
 def test_dynamic_block_quant_tiles_are_the_static_tiles_without_amax():
     x = np.random.default_rng(5).standard_normal((3, 5, 7)).astype(np.float32)
     block_sizes = {0: 2, -1: 3}  # padded to (4, 5, 9)
-    np.testing.assert_array_equal(nbquant.dynamic_block_quant(x, {**block_sizes, "type": "dynamic"}, 4, False, True),
+    dynamic = {**block_sizes, "type": "dynamic"}
+    np.testing.assert_array_equal(nbquant.modelopt.dynamic_block_quant(x, dynamic, 4, False, True),
                                   TensorQuantizer({"num_bits": 4, "block_sizes": block_sizes, "narrow_range": True})(x))
 
 

@@ -340,23 +340,23 @@ def test_tensor_quant_and_fake_tensor_quant(backend, amax, layout, x_dtype):
     for num_bits in (8, 4, (4, 3)):
         for narrow in (True, False):
             kw = dict(amax=amax, num_bits=num_bits, narrow_range=narrow, **layout)
-            _both(backend, nbquant.fake_tensor_quant, x, **kw)
+            _both(backend, nbquant.modelopt.fake_tensor_quant, x, **kw)
             if not isinstance(num_bits, tuple):
-                _both(backend, nbquant.tensor_quant, x, **kw)
-    _both(backend, nbquant.fake_tensor_quant, np.abs(x), amax=amax, num_bits=8, unsigned=True, **layout)
+                _both(backend, nbquant.modelopt.tensor_quant, x, **kw)
+    _both(backend, nbquant.modelopt.fake_tensor_quant, np.abs(x), amax=amax, num_bits=8, unsigned=True, **layout)
 
 
 @pytest.mark.parametrize("amax", [None, AMAX, 0.0])
 def test_scaled_e4m3(backend, amax):
     x = _modelopt_input(F16)
-    _both(backend, nbquant.scaled_e4m3, x, amax)
-    _both(backend, nbquant.scaled_e4m3, x, None, axis=0)
+    _both(backend, nbquant.modelopt.scaled_e4m3, x, amax)
+    _both(backend, nbquant.modelopt.scaled_e4m3, x, None, axis=0)
 
 
 def test_fake_affine_tensor_quant(backend):
     x = _modelopt_input(F64)
     for lo, hi, bits in ((-1.5, 2.0, 8), (-1.0, 2.0, 2), (0.0, 3.0, 4), (-127 / 64, 128 / 64, 8)):
-        _both(backend, nbquant.fake_affine_tensor_quant, x, lo, hi, bits)
+        _both(backend, nbquant.modelopt.fake_affine_tensor_quant, x, lo, hi, bits)
 
 
 def test_backward_functions(backend):
@@ -364,15 +364,15 @@ def test_backward_functions(backend):
     g = np.random.default_rng(3).standard_normal(x.shape).astype(np.float32)
     for amax, layout in ((AMAX, {}), (np.float32([0.5, 1, 1.75, 2, 4]).reshape(5, 1), {"axis": 0}),
                          (np.full((5, 5), 1.75, np.float32), {"axis": 1, "block_size": 4})):
-        _both(backend, nbquant.fake_tensor_quant_backward, g, x, amax, **layout)
+        _both(backend, nbquant.modelopt.fake_tensor_quant_backward, g, x, amax, **layout)
     for gg in (g, g.astype(BF16)):
-        _both(backend, nbquant.fake_affine_tensor_quant_backward, gg, x, -1.75, 2.0)
+        _both(backend, nbquant.modelopt.fake_affine_tensor_quant_backward, gg, x, -1.75, 2.0)
 
 
 def test_dynamic_block_quant(backend):
     x = _modelopt_input()
     for block_sizes, bits in (({-1: 6, "type": "dynamic"}, 4), ({-2: 5, -1: 6}, 8), ({-1: None}, (4, 3))):
-        _both(backend, nbquant.dynamic_block_quant, x, block_sizes, bits)
+        _both(backend, nbquant.modelopt.dynamic_block_quant, x, block_sizes, bits)
 
 
 # --- calibrators -----------------------------------------------------------------------------------
@@ -398,7 +398,8 @@ def _batches() -> list[np.ndarray]:
 
 def test_max_calibrator(backend):
     for axis in (None, 0, 1):
-        got, ref = nbquant.MaxCalibrator(axis, backend=backend), nbquant.MaxCalibrator(axis, backend="reference")
+        got = nbquant.modelopt.MaxCalibrator(axis, backend=backend)
+        ref = nbquant.modelopt.MaxCalibrator(axis, backend="reference")
         for b in _batches():
             got.collect(b)
             ref.collect(b)
@@ -408,7 +409,7 @@ def test_max_calibrator(backend):
 @pytest.mark.parametrize(("skip_zeros", "huge"), [(False, False), (True, False), (False, True)])
 def test_histogram_calibrator(backend, skip_zeros, huge):
     """``huge``: a last batch up to float32's max (coarser bins, a partial last bin, ``|x| * nbins`` overflowing)."""
-    got, ref = (nbquant.HistogramCalibrator(num_bins=64, skip_zeros=skip_zeros, backend=b)
+    got, ref = (nbquant.modelopt.HistogramCalibrator(num_bins=64, skip_zeros=skip_zeros, backend=b)
                 for b in (backend, "reference"))
     fmax = np.finfo(np.float32).max
     extra = [np.append(np.random.default_rng(12).uniform(-fmax, fmax, 40), fmax).astype(np.float32)] if huge else []

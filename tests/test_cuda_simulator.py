@@ -213,13 +213,13 @@ def test_modelopt_ops_keep_device_arrays_on_the_device(cuda):
     amax[1] = 1.5
     dx, dg = cuda.to_device(x), cuda.to_device(g)
     calls = [
-        (lambda a, **k: nbquant.fake_tensor_quant(a, amax, 4, **k)),
-        (lambda a, **k: nbquant.fake_tensor_quant(a, None, (4, 3), axis=0, **k)),
-        (lambda a, **k: nbquant.tensor_quant(a, 2.0, 8, **k)),
-        (lambda a, **k: nbquant.scaled_e4m3(a, amax, **k)),
+        (lambda a, **k: nbquant.modelopt.fake_tensor_quant(a, amax, 4, **k)),
+        (lambda a, **k: nbquant.modelopt.fake_tensor_quant(a, None, (4, 3), axis=0, **k)),
+        (lambda a, **k: nbquant.modelopt.tensor_quant(a, 2.0, 8, **k)),
+        (lambda a, **k: nbquant.modelopt.scaled_e4m3(a, amax, **k)),
         (lambda a, **k: nbquant.reduce_amax(a, block_size=(2, 8), **k)),
-        (lambda a, **k: nbquant.dynamic_block_quant(a, {-1: 8, "type": "dynamic"}, 4, **k)),
-        (lambda a, **k: nbquant.fake_affine_tensor_quant(a, -1.0, 2.0, 4, **k)),
+        (lambda a, **k: nbquant.modelopt.dynamic_block_quant(a, {-1: 8, "type": "dynamic"}, 4, **k)),
+        (lambda a, **k: nbquant.modelopt.fake_affine_tensor_quant(a, -1.0, 2.0, 4, **k)),
     ]
     for call in calls:
         got, ref = call(dx), call(x, backend="reference")
@@ -227,15 +227,15 @@ def test_modelopt_ops_keep_device_arrays_on_the_device(cuda):
                         strict=True):
             assert is_device_array(a)
             np.testing.assert_array_equal(_host(a).view(np.uint32), np.asarray(b).view(np.uint32))
-    got = nbquant.fake_tensor_quant_backward(dg, dx, cuda.to_device(amax))
-    ref = nbquant.fake_tensor_quant_backward(g, x, amax, backend="reference")
+    got = nbquant.modelopt.fake_tensor_quant_backward(dg, dx, cuda.to_device(amax))
+    ref = nbquant.modelopt.fake_tensor_quant_backward(g, x, amax, backend="reference")
     assert is_device_array(got)
     np.testing.assert_array_equal(_host(got), ref)
-    got = nbquant.fake_affine_tensor_quant_backward(dg, dx, -1.0, 2.0)
-    np.testing.assert_array_equal(_host(got), nbquant.fake_affine_tensor_quant_backward(g, x, -1.0, 2.0,
+    got = nbquant.modelopt.fake_affine_tensor_quant_backward(dg, dx, -1.0, 2.0)
+    np.testing.assert_array_equal(_host(got), nbquant.modelopt.fake_affine_tensor_quant_backward(g, x, -1.0, 2.0,
                                                                                          backend="reference"))
     with pytest.raises(TypeError, match="both"):
-        nbquant.fake_tensor_quant_backward(g, dx, amax)
+        nbquant.modelopt.fake_tensor_quant_backward(g, dx, amax)
 
 
 def test_modelopt_unsigned_check_on_the_device(cuda):
@@ -243,10 +243,10 @@ def test_modelopt_unsigned_check_on_the_device(cuda):
     neg = np.array([[0.5, -0.25, 1.0]], np.float32)
     for a in (neg, cuda.to_device(neg)):
         with pytest.raises(TypeError, match="unsigned"):
-            nbquant.fake_tensor_quant(a, 1.0, 8, unsigned=True)
+            nbquant.modelopt.fake_tensor_quant(a, 1.0, 8, unsigned=True)
     with_nan = np.array([[0.5, -0.25, np.nan]], np.float32)
-    ref = nbquant.fake_tensor_quant(with_nan, 1.0, 8, unsigned=True, backend="reference")
-    got = nbquant.fake_tensor_quant(cuda.to_device(with_nan), 1.0, 8, unsigned=True)
+    ref = nbquant.modelopt.fake_tensor_quant(with_nan, 1.0, 8, unsigned=True, backend="reference")
+    got = nbquant.modelopt.fake_tensor_quant(cuda.to_device(with_nan), 1.0, 8, unsigned=True)
     np.testing.assert_array_equal(_host(got).view(np.uint32), ref.view(np.uint32))
 
 
@@ -255,14 +255,15 @@ def test_calibrators_collect_device_arrays(cuda):
     batches = [(rng.standard_normal((5, 12)) * (i + 1)).astype(np.float32) for i in range(3)]
     batches[1][0, :3] = 0.0
     batches[1][2, 5] = -0.0
-    for make in (lambda: nbquant.MaxCalibrator(axis=0), lambda: nbquant.HistogramCalibrator(num_bins=64),
-                 lambda: nbquant.HistogramCalibrator(num_bins=64, skip_zeros=True)):
+    for make in (lambda: nbquant.modelopt.MaxCalibrator(axis=0),
+                 lambda: nbquant.modelopt.HistogramCalibrator(num_bins=64),
+                 lambda: nbquant.modelopt.HistogramCalibrator(num_bins=64, skip_zeros=True)):
         on_device, on_host = make(), make()
         for b in batches:
             on_device.collect(cuda.to_device(b))
             on_host.collect(b)
         np.testing.assert_array_equal(on_device.compute_amax(), on_host.compute_amax())
-        if isinstance(on_host, nbquant.HistogramCalibrator):
+        if isinstance(on_host, nbquant.modelopt.HistogramCalibrator):
             np.testing.assert_array_equal(on_device.histogram, on_host.histogram)
 
 

@@ -106,7 +106,7 @@ BAD_CALLS = {
     "nvfp4 zero global scale": lambda x: nbquant.quantize_nvfp4(x, global_scale=0.0),
     "nf4 scale blocks": lambda x: nbquant.quantize_nf4(x, block_size=16, scale_block_size=5),
     "mx codes dtype": lambda x: nbquant.dequantize_mx(x, x, "mxfp4"),
-    "calibrator axis": lambda x: nbquant.MaxCalibrator(axis=3).collect(x),
+    "calibrator axis": lambda x: nbquant.modelopt.MaxCalibrator(axis=3).collect(x),
 }
 
 
@@ -178,7 +178,7 @@ def test_import_nbquant_does_not_import_dask():
         x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(2, 32)
         nbquant.quantize_dynamic(x, "int4", block_size=(1, 32), packed=True)
         nbquant.quantize_mx(x, "mxfp4").dequantize()
-        nbquant.MaxCalibrator().collect(x)
+        nbquant.modelopt.MaxCalibrator().collect(x)
         print(sorted(m for m in sys.modules if m == "dask" or m.startswith(("dask.", "distributed"))))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

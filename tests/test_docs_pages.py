@@ -58,6 +58,10 @@ def test_reference_lists_every_public_name():
     assert listed == public, f"missing: {sorted(public - listed)}, not public: {sorted(listed - public)}"
 
 
+def test_modelopt_reference_lists_every_name_of_nbquant_modelopt():
+    assert sorted(_listed(DOCS / "reference" / "modelopt.md")) == sorted(nbquant.modelopt.__all__)
+
+
 def test_compat_reference_lists_every_name_of_each_module():
     text = (DOCS / "reference" / "compat.md").read_text(encoding="utf-8")
     sections = dict(re.findall(r"## `nbquant\.compat\.(\w+)`\n(.*?)(?=\n## |\Z)", text, re.S))

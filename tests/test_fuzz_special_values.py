@@ -157,11 +157,11 @@ def test_dynamic(backend, x, fmt, mapping, layout):
 def test_modelopt_fake_quant(backend, x, amax, unsigned, out_dtype):
     with np.errstate(over="ignore"):  # beyond float16: inf, planted on purpose
         x = x.astype(out_dtype)
-    same_on_both(backend, nbquant.fake_tensor_quant, x, None if amax is None else np.float32(amax), 8,
+    same_on_both(backend, nbquant.modelopt.fake_tensor_quant, x, None if amax is None else np.float32(amax), 8,
                  unsigned=unsigned)
-    same_on_both(backend, nbquant.tensor_quant, x, None if amax is None else np.float32(amax), 8,
+    same_on_both(backend, nbquant.modelopt.tensor_quant, x, None if amax is None else np.float32(amax), 8,
                  unsigned=unsigned)
-    same_on_both(backend, nbquant.scaled_e4m3, x, None if amax is None else np.float32(amax))
+    same_on_both(backend, nbquant.modelopt.scaled_e4m3, x, None if amax is None else np.float32(amax))
     same_on_both(backend, nbquant.reduce_amax, x, axis=0)
 
 

@@ -178,7 +178,7 @@ def test_static_tiles_real_quantization_matches_modelopt(problem, num_bits):
 @settings(max_examples=examples(200), deadline=None)
 @given(problem=_tiled(), bits=_TILE_BITS)
 def test_dynamic_block_quant_tiles_match_modelopts_static_tiles(problem, bits):
-    """``nbquant.dynamic_block_quant`` over tiles (padded) against modelopt's static blocks with no stored amax,
+    """``nbquant.modelopt.dynamic_block_quant`` over tiles (padded) against modelopt's static blocks with no amax,
     the amax then computed per tile on the fly (modelopt 0.47's dynamic type runs MX/NVFP4 on CUDA only and
     takes one blocked dim); None entries are left out (nbquant reads None as the whole dim there)."""
     x, block_sizes = problem
@@ -186,7 +186,7 @@ def test_dynamic_block_quant_tiles_match_modelopts_static_tiles(problem, bits):
     if bits.get("unsigned"):
         x = np.abs(x)
     theirs, _ = _pair({**bits, "block_sizes": block_sizes})
-    mine = nbquant.dynamic_block_quant(x, {**block_sizes, "type": "dynamic"}, bits["num_bits"],
+    mine = nbquant.modelopt.dynamic_block_quant(x, {**block_sizes, "type": "dynamic"}, bits["num_bits"],
                                        bits.get("unsigned", False), bits.get("narrow_range", False))
     _same(mine, _run(theirs, _t(x)))
 

@@ -45,14 +45,14 @@ def _calls(x: np.ndarray) -> dict[str, object]:
         "dynamic per-tensor": lambda: nbquant.quantize_dynamic(x, "int8", backend="cpu"),
         "dynamic per-column": lambda: nbquant.quantize_dynamic(x, "int8", axis=1, backend="cpu"),
         "amax": lambda: nbquant.reduce_amax(x, backend="cpu"),
-        "fake quant": lambda: nbquant.fake_tensor_quant(x, None, 8, axis=0, backend="cpu"),
+        "fake quant": lambda: nbquant.modelopt.fake_tensor_quant(x, None, 8, axis=0, backend="cpu"),
         "histogram": lambda: _histogram(x),
     }
     return calls
 
 
 def _histogram(x: np.ndarray) -> np.ndarray:
-    calibrator = nbquant.HistogramCalibrator(num_bins=257, backend="cpu")
+    calibrator = nbquant.modelopt.HistogramCalibrator(num_bins=257, backend="cpu")
     calibrator.collect(np.nan_to_num(x, nan=0.5, posinf=3.0))
     return calibrator.histogram
 

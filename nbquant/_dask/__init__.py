@@ -1,66 +1,26 @@
-"""Dask support: recognise a dask array without importing dask; the chunk mechanics live in :mod:`.engine`.
+"""Dask support: the chunk mechanics live in :mod:`.engine`, which imports dask; this package init does not.
 
-The front doors ask :func:`is_dask_array` about their array arguments and, for a dask
-array, validate the arguments as for a NumPy array of that shape and dtype, then hand
-their own NumPy implementation to :mod:`nbquant._dask.engine` (which imports dask), so
-``import nbquant`` never imports dask (docs/dask.md).
+The front doors ask :func:`nbquant.placement.placement` where a call runs; a call with a
+dask argument is a :class:`~nbquant.placement.Lazy` one, which validates the arguments as
+for a NumPy array of that shape and dtype, then hands the front door's own NumPy
+implementation to :mod:`nbquant._dask.engine` (plugged in here, imported on first use),
+so ``import nbquant`` never imports dask (docs/dask.md). The predicates are the
+placement's, named here for the engine.
 """
 
 from __future__ import annotations
 
-import math
+from .. import placement as _placement
+from ..placement import any_dask_array, check_known_chunks, is_dask_array, packed_format
 
 __all__ = ["is_dask_array", "any_dask_array", "check_known_chunks", "packed_format"]
 
 
-def is_dask_array(x) -> bool:
-    """Whether ``x`` is a ``dask.array.Array`` (or a subclass), decided without importing dask.
+def _engine():
+    """The dask engine, imported on first use (it imports dask)."""
+    from . import engine
 
-    Examples
-    --------
-    >>> import numpy as np
-    >>> is_dask_array(np.zeros(2))
-    False
-    """
-    module = type(x).__module__
-    return (module == "dask" or module.startswith("dask.")) and hasattr(x, "chunks") and hasattr(x, "dask")
+    return engine
 
 
-def any_dask_array(*values) -> bool:
-    """Whether any of ``values`` is a dask array.
-
-    Examples
-    --------
-    >>> any_dask_array(None, 1.0)
-    False
-    """
-    return any(map(is_dask_array, values))
-
-
-def check_known_chunks(x, name: str) -> None:
-    """Refuse a dask array whose chunk sizes are unknown, with a ValueError naming the argument ``name``.
-
-    A value-dependent operation (boolean indexing such as ``x[x > 0]``) leaves a dask array's
-    chunk sizes unknown (NaN); nbquant needs them to align the chunks to its blocks, so every
-    front door checks its dask arguments here, at call time. Anything else passes.
-
-    Examples
-    --------
-    >>> check_known_chunks([1.0, 2.0], "x")  # not a dask array: nothing to check
-    """
-    if is_dask_array(x) and any(math.isnan(c) for sizes in x.chunks for c in sizes):
-        raise ValueError(f"{name} is a dask array of unknown chunk sizes (shape {x.shape}, e.g. after boolean "
-                         f"indexing); call {name}.compute_chunk_sizes() first: nbquant aligns the chunks to its "
-                         "blocks")
-
-
-def packed_format(q) -> str | None:
-    """The format of a dask array of packed codes (its meta is a :class:`~nbquant.PackedCodes`), else None.
-
-    Examples
-    --------
-    >>> packed_format([1, 2]) is None
-    True
-    """
-    meta = getattr(q, "_meta", None) if is_dask_array(q) else None
-    return getattr(meta, "format", None)
+_placement.plug("lazy", _engine)

@@ -37,10 +37,10 @@ from ..backends import resolve_backend
 from ..backends.interface import key_floats
 from ..codes import PackedCodes
 from ..layout import BlockLayout, param_grid, resolve_layout
+from ..placement import is_dask_array
 from ..spec import DynamicSpec
 from ..threads import thread_limit
 from ..validation import check_float_input
-from . import is_dask_array
 
 __all__ = ["NO_PACK", "Output", "as_dask", "task_threads", "aligned_chunks", "chunk_arguments", "map_layout",
            "map_grids", "block_keys", "qparams_from_keys", "chunk_sum", "chunk_amax", "split_dims"]

@@ -1,4 +1,4 @@
-"""The backend registry and the device switch.
+"""The backend registry: which backend runs a call (where its arrays live is :mod:`nbquant.placement`'s).
 
 Each backend is a package (``reference``, ``cpu``, ``cuda``) exposing one object,
 ``BACKEND``, that implements :class:`~nbquant.backends.interface.Backend`. Packages
@@ -26,11 +26,13 @@ import os
 from collections.abc import Iterator
 from typing import NamedTuple
 
-import numpy as np
-
-from .._dask import check_known_chunks, is_dask_array
-from ..interop import as_host_array
-from ._device import is_device_array, use_cuda_stream
+from .. import placement as _placement
+from ..placement import device_code_input as device_code_input  # the one-argument placement helpers, re-exported
+from ..placement import device_copy as device_copy  # for front doors that place each argument on its own
+from ..placement import device_float_input as device_float_input
+from ..placement import device_result as device_result
+from ..placement import host_array as host_array
+from ..placement import is_device_array, use_cuda_stream
 from ._warning import NumbaCacheWarning
 from .interface import Backend
 
@@ -126,7 +128,7 @@ def backends() -> list[BackendInfo]:
     return [BackendInfo(n, not (r := _unavailable_reason(n)), r or "available") for n in _PACKAGES]
 
 
-def _check_name(name: str, argument: str) -> str:
+def check_backend_name(name: str, argument: str) -> str:
     if not isinstance(name, str) or (name != AUTO and name not in _PACKAGES):
         raise ValueError(f"{argument}={name!r} is not a backend; use one of {[AUTO, *_PACKAGES]}")
     return name
@@ -153,7 +155,7 @@ def set_backend(name: str) -> None:
     >>> nbquant.set_backend("auto")
     """
     global _selected
-    _selected = _check_name(name, "name")
+    _selected = check_backend_name(name, "name")
 
 
 def get_backend() -> str:
@@ -165,7 +167,7 @@ def get_backend() -> str:
         The innermost :func:`use_backend`, else :func:`set_backend`'s, else ``NBQUANT_BACKEND``, else ``"auto"``.
     """
     name = _context.get() or _selected or os.environ.get("NBQUANT_BACKEND") or AUTO
-    return _check_name(name, "NBQUANT_BACKEND" if name == os.environ.get("NBQUANT_BACKEND") else "backend")
+    return check_backend_name(name, "NBQUANT_BACKEND" if name == os.environ.get("NBQUANT_BACKEND") else "backend")
 
 
 @contextlib.contextmanager
@@ -189,7 +191,7 @@ def use_backend(name: str) -> Iterator[None]:
     ...     nbquant.quantize(np.array([0.5, 1.5], np.float32), 1.0, "int8")
     array([0, 2], dtype=int8)
     """
-    token = _context.set(_check_name(name, "name"))
+    token = _context.set(check_backend_name(name, "name"))
     try:
         yield
     finally:
@@ -208,47 +210,24 @@ def _cuda_backend() -> Backend:
     return _load("cuda")
 
 
-def device_float_input(x, name: str = "x", *, lazy: bool = False):
-    """Validate a CUDA float input and return a zero-copy numba device array (host arrays: checked NumPy).
-
-    With ``lazy``, a dask array is returned as it is, its dtype checked.
-    """
-    if not is_device_array(x):
-        from ..validation import check_float_input
-
-        return check_float_input(x, name, lazy=lazy)
-    return _cuda_backend().device_float_input(x, name)
+_placement.plug("device", _cuda_backend)  # placement.Device hands its device I/O to the cuda backend
 
 
-def device_code_input(q, name: str = "q", *, lazy: bool = False):
-    """Return a zero-copy numba device array of CUDA codes ``q`` (host arrays: C-contiguous NumPy, read by
-    :func:`nbquant.interop.as_host_array`; with ``lazy``, a dask array of known chunk sizes as it is)."""
-    if lazy and is_dask_array(q):
-        check_known_chunks(q, name)
-        return q
-    if is_device_array(q):
-        return _cuda_backend().device_code_input(q, name)
-    return np.asarray(as_host_array(q, name), order="C")
-
-
-def device_result(out, shape: tuple[int, ...], dtype, inputs=()):
-    """A new device result array, or ``out`` checked as one (shape, dtype, contiguity, no overlap)."""
-    cuda = _cuda_backend()
-    return cuda.device_empty(shape, dtype) if out is None else cuda.check_device_out(out, shape, dtype, inputs)
-
-
-def device_copy(a: np.ndarray):
-    """A new device array holding a copy of the host array ``a`` (on the current stream)."""
-    return _cuda_backend().to_device(np.ascontiguousarray(a))
-
-
-def host_array(a) -> np.ndarray:
-    """``a`` as a NumPy array: a copy of a device array, ``numpy.asarray`` of anything else."""
-    return _cuda_backend().to_host(a) if is_device_array(a) else np.asarray(a)
-
-
-def resolve_backend(name: str | None, arrays=()) -> Backend:
+def resolve_backend(name: str | None, where=()) -> Backend:
     """Return the backend for a call, resolving ``auto``.
+
+    Parameters
+    ----------
+    name : str or None
+        The call's ``backend=`` (None: the selected one, :func:`get_backend`).
+    where : Host or iterable of arrays
+        The call's placement (:func:`nbquant.placement.placement`), or its arrays: a
+        :class:`~nbquant.placement.Device` placement (or a CUDA array) needs ``cuda``.
+
+    Returns
+    -------
+    Backend
+        The backend object; for a device placement the one it already looked up.
 
     Raises
     ------
@@ -258,16 +237,18 @@ def resolve_backend(name: str | None, arrays=()) -> Backend:
     Examples
     --------
     >>> import numpy as np
-    >>> resolve_backend("reference", (np.zeros(2),)).name
+    >>> from nbquant.placement import placement
+    >>> resolve_backend("reference", placement(np.zeros(2))).name
     'reference'
     """
-    name = _check_name(name, "backend") if name is not None else get_backend()
-    device = any(map(is_device_array, arrays))
+    name = check_backend_name(name, "backend") if name is not None else get_backend()
+    placed = isinstance(where, _placement.Host)
+    device = where.device if placed else any(map(is_device_array, where))
     if device and name not in (AUTO, "cuda"):
         raise BackendUnavailableError(f"backend {name!r} works on host (NumPy) arrays only, and a CUDA device array "
                                       "was passed; use backend='cuda' or 'auto', or copy the array to the host")
     if device:
-        return _cuda_backend()
+        return where.backend if placed else _cuda_backend()
     if name == AUTO:
         name = next(n for n in ("cpu", "reference") if not _unavailable_reason(n))
     elif reason := _unavailable_reason(name):

@@ -10,7 +10,7 @@ their own amax — the **kept** dims, like TensorRT's axis and unlike pypto's),
 
 The functions mirror the documented ``tensor_quant`` module with its positional
 signatures (``TensorQuantFunction.forward(inputs, amax, num_bits=8, unsigned=False,
-narrow_range=True)`` etc.) and run on :mod:`nbquant.modelopt_ops`:
+narrow_range=True)`` etc.) and run on :mod:`nbquant.modelopt.ops`:
 
 * :func:`tensor_quant`: ``(clamp(rne(x * S), lo, hi), S)`` with ``S = maxbound / amax``;
 * :func:`fake_tensor_quant`: ``clamp(rne(x * S), lo, hi) / S``;
@@ -26,8 +26,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from .. import api, modelopt_ops
+from .. import api
 from ..layout import as_int
+from ..modelopt import ops as modelopt_ops
 from ..validation import as_real_array, check_int, show
 
 __all__ = ["ScaledQuantDescriptor", "QuantDescriptor", "tensor_quant", "fake_tensor_quant",
@@ -53,7 +54,8 @@ def _check_num_bits(num_bits):
                     "format supported)")
 
 
-def _check_axis(axis):
+def check_axis(axis):
+    """modelopt's ``axis``: None, an int or a tuple of ints (a TypeError otherwise)."""
     if axis is None:
         return None
     allowed = "None, an int or a tuple of ints"
@@ -62,7 +64,8 @@ def _check_axis(axis):
     return as_int("axis", axis, allowed)
 
 
-def _check_block_sizes(block_sizes, axis):
+def check_block_sizes(block_sizes, axis):
+    """modelopt's ``block_sizes``: None or a dict, not together with ``axis``."""
     if block_sizes is None:
         return None
     if axis is not None:
@@ -135,8 +138,8 @@ class ScaledQuantDescriptor:
             raise TypeError(f"name must be a string or None, not {type(name)}.")
         self._name = name
         self._fake_quant = bool(fake_quant)
-        self._axis = _check_axis(axis)
-        self._block_sizes = _check_block_sizes(block_sizes, self._axis)
+        self._axis = check_axis(axis)
+        self._block_sizes = check_block_sizes(block_sizes, self._axis)
         self._learn_amax = bool(learn_amax)
         if self._learn_amax and self._axis is not None:
             raise TypeError(f"axis is ignored and must be None when learn_amax is true, got {type(self._axis)}.")
@@ -244,7 +247,7 @@ QuantDescriptor = ScaledQuantDescriptor
 def _amax(amax):
     if amax is None:
         raise TypeError("amax=None: modelopt's tensor_quant/fake_tensor_quant need an amax tensor "
-                        "(nbquant.modelopt_ops computes it from the input when amax is None)")
+                        "(nbquant.modelopt.ops computes it from the input when amax is None)")
     return amax
 
 

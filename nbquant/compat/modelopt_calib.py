@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from .. import calibration
 from ..backends import host_array
-from ..modelopt_ops import reduce_amax
+from ..modelopt import calibration
+from ..reductions import reduce_amax
 from ..validation import check_bool, check_int, show
 
 __all__ = ["MaxCalibrator", "HistogramCalibrator"]

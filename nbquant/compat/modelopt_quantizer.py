@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from .. import modelopt_ops
+from ..modelopt import ops as modelopt_ops
 from ..validation import show
 from . import modelopt as _descriptors
 from . import modelopt_calib, modelopt_qtensor
@@ -66,9 +66,9 @@ def _fields(cfg) -> dict:
         nb = tuple(nb)  # E4M3, and E2M1 for the NVFP4 and MXFP4 real quantization
     else:
         nb = _descriptors.QuantDescriptor(num_bits=nb).num_bits
-    axis = _descriptors._check_axis(fields["axis"])
+    axis = _descriptors.check_axis(fields["axis"])
     return {**fields, "num_bits": nb, "axis": axis,
-            "block_sizes": _descriptors._check_block_sizes(fields["block_sizes"], axis)}
+            "block_sizes": _descriptors.check_block_sizes(fields["block_sizes"], axis)}
 
 
 class _Tiles(NamedTuple):

@@ -66,28 +66,30 @@ class MappingType:
 
 
 # name -> (core format, bounds)
-_TARGETS: dict[str, tuple[str, int, int]] = {
+TARGETS: dict[str, tuple[str, int, int]] = {
     "uint8": ("uint8", 0, 255), "int8": ("int8", -128, 127), "int16": ("int16", -32768, 32767),
     "int32": ("int32", -(2 ** 31), 2 ** 31 - 1),
     **{f"uint{b}": ("uint8", 0, 2**b - 1) for b in range(1, 8)},
     **{f"int{b}": ("int8", -(2 ** (b - 1)), 2 ** (b - 1) - 1) for b in range(1, 8)},
 }
-_SUB_BYTE_UINT = {f"uint{b}" for b in range(1, 8)}
-_SUB_BYTE_INT = {f"int{b}" for b in range(1, 8)}
+SUB_BYTE_UINT = {f"uint{b}" for b in range(1, 8)}
+SUB_BYTE_INT = {f"int{b}" for b in range(1, 8)}
 _FLOATS = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
            "bfloat16": np.dtype(ml_dtypes.bfloat16)}
 _HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 
-def _target(dtype, name: str) -> str:
-    key = dtype_key(dtype, name, {**{k: k for k in _TARGETS}, "uint16": "uint16"})
+def target_key(dtype, name: str) -> str:
+    """The torchao target format name of ``dtype`` (a TypeError naming ``name`` for any other)."""
+    key = dtype_key(dtype, name, {**{k: k for k in TARGETS}, "uint16": "uint16"})
     if key == "uint16":
         raise ValueError(f"{name}={dtype!r}: Unsupported dtype (torchao 0.18 has no bounds for uint16)")
     return key
 
 
-def _bounds(key: str, quant_min, quant_max) -> tuple[int, int]:
-    _, lo, hi = _TARGETS[key]
+def code_bounds(key: str, quant_min, quant_max) -> tuple[int, int]:
+    """``(quant_min, quant_max)`` inside the range of the target ``key`` (its full range by default)."""
+    _, lo, hi = TARGETS[key]
     qmin = lo if quant_min is None else check_int("quant_min", quant_min, integral_float=True)
     qmax = hi if quant_max is None else check_int("quant_max", quant_max, integral_float=True)
     if qmin < lo:
@@ -97,7 +99,8 @@ def _bounds(key: str, quant_min, quant_max) -> tuple[int, int]:
     return qmin, qmax
 
 
-def _input(x, name: str = "input") -> np.ndarray:
+def read_input(x, name: str = "input") -> np.ndarray:
+    """``x`` as a float32 / float16 / bfloat16 NumPy array, the inputs torchao's affine functions take."""
     arr = np.asarray(x)
     if arr.dtype not in (np.dtype(np.float32), *_HALF):
         raise TypeError(f"{name} has dtype {arr.dtype}; Unsupported input dtype: torchao quantizes float32, "
@@ -105,7 +108,7 @@ def _input(x, name: str = "input") -> np.ndarray:
     return arr
 
 
-def _grid(shape: tuple[int, ...], block_size) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def block_grid(shape: tuple[int, ...], block_size) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """torchao's ``_get_reduction_params`` checks; returns (block_size, block grid)."""
     try:
         entries = None if isinstance(block_size, str) else list(block_size)
@@ -124,7 +127,7 @@ def _grid(shape: tuple[int, ...], block_size) -> tuple[tuple[int, ...], tuple[in
     return block, tuple(n // b for n, b in zip(shape, block, strict=True))
 
 
-def _view(name: str, value, grid: tuple[int, ...], floats_only: bool = False) -> np.ndarray:
+def param_view(name: str, value, grid: tuple[int, ...], floats_only: bool = False) -> np.ndarray:
     """``value.view(grid)`` as torchao does: any shape with ``prod(grid)`` elements, row-major."""
     arr = as_real_array(name, value)
     if arr.size != int(np.prod(grid)):
@@ -136,10 +139,11 @@ def _view(name: str, value, grid: tuple[int, ...], floats_only: bool = False) ->
     return arr.reshape(grid)
 
 
-def _scale(scale, grid: tuple[int, ...]) -> np.ndarray:
+def scale_grid(scale, grid: tuple[int, ...]) -> np.ndarray:
+    """torchao's ``scale`` viewed on the block ``grid``, as float32 (torch's dtype for Python floats)."""
     # torch.tensor(python floats) is float32; an array keeps its dtype
     s = check_finite("scale", scale, scale.dtype if isinstance(scale, np.ndarray) else np.float32, positive=True)
-    s = _view("scale", s, grid, floats_only=True)
+    s = param_view("scale", s, grid, floats_only=True)
     if s.dtype == np.float64:
         raise TypeError("scale has dtype float64; torchao would then compute in float64, which nbquant does not "
                         "do: pass scale.astype(numpy.float32)")
@@ -196,27 +200,28 @@ def quantize_affine(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero
     >>> quantize_affine(x, (1, 4), np.array([0.5], np.float32), np.array([3], np.int32), "uint4")
     array([[ 4,  6,  0, 15]], dtype=uint8)
     """
-    key = _target(output_dtype, "output_dtype")
-    qmin, qmax = _bounds(key, quant_min, quant_max)
-    x = _input(input)
-    block, grid = _grid(x.shape, block_size)
+    key = target_key(output_dtype, "output_dtype")
+    qmin, qmax = code_bounds(key, quant_min, quant_max)
+    x = read_input(input)
+    block, grid = block_grid(x.shape, block_size)
     if zero_point is None or np.asarray(zero_point).size == 0:
         raise TypeError("zero_point=None: torchao 0.18 quantize_affine adds the zero point unconditionally "
                         "(unsupported operand type(s) for +: 'Tensor' and 'NoneType'); pass zeros, or use "
                         "_quantize_affine_no_zero_point")
-    if key in _SUB_BYTE_INT:
+    if key in SUB_BYTE_INT:
         raise NotImplementedError(f"output_dtype={output_dtype!r}: \"copy_\" not implemented for "
                                   f"'{key.capitalize()}' in torch 2.13; use output_dtype='int8' with "
                                   f"quant_min={qmin}, quant_max={qmax}")
-    applied = _reciprocal(_scale(scale, grid), x.dtype)
-    zp = _view("zero_point", zero_point, grid)
-    return api.quantize(x, dtype=_TARGETS[key][0], zero_point=zp, block_size=block, quant_min=qmin,
+    applied = _reciprocal(scale_grid(scale, grid), x.dtype)
+    zp = param_view("zero_point", zero_point, grid)
+    return api.quantize(x, dtype=TARGETS[key][0], zero_point=zp, block_size=block, quant_min=qmin,
                         quant_max=qmax, **applied)
 
 
-def _codes(input, key: str) -> np.ndarray:
+def output_codes(input, key: str) -> np.ndarray:
+    """Codes ``input`` checked as holding the target ``key``'s integer dtype."""
     q = np.asarray(input)
-    if key in _SUB_BYTE_UINT:
+    if key in SUB_BYTE_UINT:
         if q.dtype.kind not in "iu" or q.dtype.itemsize != 1:
             raise TypeError(f"input has dtype {q.dtype}; {key} codes are stored as uint8")
         return q
@@ -227,7 +232,8 @@ def _codes(input, key: str) -> np.ndarray:
     return q
 
 
-def _out_dtype(output_dtype) -> np.dtype:
+def output_dtype_of(output_dtype) -> np.dtype:
+    """The float dtype torchao's dequantize returns for ``output_dtype``."""
     return dtype_key(output_dtype, "output_dtype", _FLOATS)
 
 
@@ -266,13 +272,13 @@ def dequantize_affine(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, ze
     >>> dequantize_affine(q, (1, 4), np.array([0.5], np.float32), np.array([3], np.int32), "uint4")
     array([[ 0.5,  1.5, -1.5,  6. ]], dtype=float32)
     """
-    key = _target(input_dtype, "input_dtype")
-    _bounds(key, quant_min, quant_max)
-    out = _out_dtype(output_dtype)
-    q = _codes(input, key)
-    block, grid = _grid(q.shape, block_size)
-    s = _scale(scale, grid)
-    zp = None if zero_point is None else _view("zero_point", zero_point, grid)
+    key = target_key(input_dtype, "input_dtype")
+    code_bounds(key, quant_min, quant_max)
+    out = output_dtype_of(output_dtype)
+    q = output_codes(input, key)
+    block, grid = block_grid(q.shape, block_size)
+    s = scale_grid(scale, grid)
+    zp = None if zero_point is None else param_view("zero_point", zero_point, grid)
     if key in ("int16", "int32") and out in _HALF:
         raise NotImplementedError(f"input_dtype {key} with output_dtype {out}: torchao converts the codes to {out} "
                                   "before subtracting the zero point (rounding codes beyond 2048 / 256); nbquant "
@@ -281,7 +287,7 @@ def dequantize_affine(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, ze
         raise NotImplementedError("input_dtype int32 with a nonzero zero_point: torchao subtracts in int32 (and "
                                   "wraps), then rounds the difference to float; nbquant subtracts in float32. "
                                   "Subtract the zero point first (int64) and pass zero_point=None")
-    if key in _SUB_BYTE_UINT:
+    if key in SUB_BYTE_UINT:
         q = q.view(np.uint8)
     return api.dequantize(q, s, zero_point=zp, block_size=block, out_dtype=out)
 
@@ -335,18 +341,18 @@ def choose_qparams_affine(input: npt.ArrayLike, mapping_type, block_size, target
     """
     from ..dynamic import choose_qparams
 
-    key = _target(target_dtype, "target_dtype")
-    qmin, qmax = _bounds(key, quant_min, quant_max)
+    key = target_key(target_dtype, "target_dtype")
+    qmin, qmax = code_bounds(key, quant_min, quant_max)
     mapping = getattr(mapping_type, "name", mapping_type)
     mappings = {"SYMMETRIC": "symmetric", "SYMMETRIC_NO_CLIPPING_ERR": "symmetric_no_clipping_err",
                 "ASYMMETRIC": "asymmetric"}
     if not isinstance(mapping, str) or mapping not in mappings:
         raise ValueError(f"mapping_type={mapping_type!r}: Unsupported mapping type; use one of {list(mappings)}")
-    x = _input(input)
+    x = read_input(input)
     if x.dtype != np.float32:
         raise NotImplementedError(f"input has dtype {x.dtype}: torchao computes its scales in {x.dtype}, nbquant "
                                   "in float32 only; pass input.astype(numpy.float32)")
-    block, grid = _grid(x.shape, block_size)
+    block, grid = block_grid(x.shape, block_size)
     keepdim = check_bool("keepdim", keepdim)
     # torchao's shape: a dim with block 1 stays (size 1 too), a dim with 1 < block < n becomes n / block, a whole
     # dim (block == n > 1) goes. With no block > 1, torch's amin(dim=[]) reduces over every dim: one scale.
@@ -357,7 +363,7 @@ def choose_qparams_affine(input: npt.ArrayLike, mapping_type, block_size, target
         raise NotImplementedError(f"scale_dtype={scale_dtype!r}: only float32 scales are produced")
     zdt = dtype_key(zero_point_dtype, "zero_point_dtype",
                     {"int32": "int32", "int8": "int8", "uint8": "uint8", "int16": "int16", "float32": "float32"})
-    s, zp = choose_qparams(x, _TARGETS[key][0], block_size=block, mapping=mappings[mapping], quant_min=qmin,
+    s, zp = choose_qparams(x, TARGETS[key][0], block_size=block, mapping=mappings[mapping], quant_min=qmin,
                            quant_max=qmax, eps=eps, scale_op="reciprocal")
     shape = grid if keepdim else shape
     return s.reshape(shape), zp.reshape(shape).astype(zdt)
@@ -402,18 +408,18 @@ def _quantize_affine_no_zero_point(input: npt.ArrayLike, block_size, scale: npt.
     ...                                "float8_e4m3fn").astype(np.float32)
     array([ 16., 448.], dtype=float32)
     """
-    x = _input(input)
-    block, grid = _grid(x.shape, block_size)
+    x = read_input(input)
+    block, grid = block_grid(x.shape, block_size)
     if float8_key(output_dtype) is not None:
-        return round_to_float8(x, block, _reciprocal(_scale(scale, grid), x.dtype), float8_key(output_dtype),
+        return round_to_float8(x, block, _reciprocal(scale_grid(scale, grid), x.dtype), float8_key(output_dtype),
                                quant_min, quant_max)
-    key = _target(output_dtype, "output_dtype")
-    qmin, qmax = _bounds(key, quant_min, quant_max)
-    if key in _SUB_BYTE_INT:
+    key = target_key(output_dtype, "output_dtype")
+    qmin, qmax = code_bounds(key, quant_min, quant_max)
+    if key in SUB_BYTE_INT:
         raise NotImplementedError(f"output_dtype={output_dtype!r} cannot be materialised in torch 2.13; use 'int8' "
                                   f"with quant_min={qmin}, quant_max={qmax}")
-    applied = _reciprocal(_scale(scale, grid), x.dtype)
-    return api.quantize(x, dtype=_TARGETS[key][0], block_size=block, quant_min=qmin, quant_max=qmax, **applied)
+    applied = _reciprocal(scale_grid(scale, grid), x.dtype)
+    return api.quantize(x, dtype=TARGETS[key][0], block_size=block, quant_min=qmin, quant_max=qmax, **applied)
 
 
 def _dequantize_affine_no_zero_point(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero_point,

@@ -23,8 +23,9 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
-from .. import api, modelopt_ops
+from .. import api
 from ..formats import get_format
+from ..reductions import reduce_amax
 from ..validation import as_real_array, check_float_scalar, check_int, show
 from ._common import dtype_key
 
@@ -111,7 +112,7 @@ def _choose_scale_float8(tensor: npt.ArrayLike, block_size, float8_dtype="float8
     lo = None if hp_value_lb is None else check_float_scalar("hp_value_lb", hp_value_lb, positive=False)
     hi = None if hp_value_ub is None else check_float_scalar("hp_value_ub", hp_value_ub, positive=False)
     block = _blocks(x.shape, block_size)
-    amax = modelopt_ops.reduce_amax(x, block_size=block).astype(np.float32)
+    amax = reduce_amax(x, block_size=block).astype(np.float32)
     with np.errstate(invalid="ignore"):  # NaN amax stays NaN, as torch.clamp keeps it
         if lo is not None or hi is not None:  # torch.clamp in the input dtype: bounds rounded to it
             lo_t = -np.inf if lo is None else np.float32(x.dtype.type(lo))

@@ -54,7 +54,7 @@ def _domain(zero_point_domain) -> ZeroPointDomain:
 
 def _fake(input, block_size, scale, zero_point, quant_dtype, quant_min, quant_max, zero_point_domain):
     domain = _domain(zero_point_domain)
-    x = _ao._input(input)
+    x = _ao.read_input(input)
     if domain is ZeroPointDomain.NONE:
         if zero_point is not None:
             raise ValueError("zero_point should be None when zero_point_domain is NONE")

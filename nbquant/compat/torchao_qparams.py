@@ -24,7 +24,7 @@ import numpy.typing as npt
 from .. import api
 from ..validation import as_real_array, check_finite, check_float_scalar, check_int
 from ._common import dtype_key
-from .torchao_affine import _bounds, _grid, _input, _target
+from .torchao_affine import block_grid, code_bounds, read_input, target_key
 
 __all__ = ["_choose_qparams_affine_tinygemm", "_choose_qparams_affine_dont_preserve_zero",
            "_choose_qparams_affine_floatx", "_quantize_affine_floatx", "_dequantize_affine_floatx"]
@@ -36,7 +36,7 @@ _OUT = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfloa
 
 def _block_min_max(x: np.ndarray, block_size) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     """Per-block min and max (NaN propagates, as torch.amin/amax), shaped as torchao's keepdim=False result."""
-    block, grid = _grid(x.shape, block_size)
+    block, grid = block_grid(x.shape, block_size)
     split, reduce, out_shape = [], [], []
     for n, b in zip(x.shape, block, strict=True):
         if b != n and b > 1:
@@ -60,8 +60,8 @@ def _asymmetric_scale(x: np.ndarray, mapping_type, block_size, target_dtype, qua
     mapping = getattr(mapping_type, "name", mapping_type)
     if mapping != "ASYMMETRIC":
         raise ValueError(f"mapping_type={mapping_type!r}: Unsupported mapping type; these variants take 'ASYMMETRIC'")
-    key = _target(target_dtype, "target_dtype")
-    qmin, qmax = _bounds(key, quant_min, quant_max)
+    key = target_key(target_dtype, "target_dtype")
+    qmin, qmax = code_bounds(key, quant_min, quant_max)
     lo, hi, shape = _block_min_max(x, block_size)
     dt = x.dtype
     floor = ml_dtypes.finfo(dt).smallest_normal if eps is None else check_float_scalar("eps", eps, positive=True)
@@ -109,7 +109,7 @@ def _choose_qparams_affine_tinygemm(input: npt.ArrayLike, mapping_type, block_si
     ...                                 "uint4", 0, 15)
     (array([0.26666668], dtype=float32), array([1.1333334], dtype=float32))
     """
-    x = _input(input)
+    x = read_input(input)
     lo, scale, qmin, qmax = _asymmetric_scale(x, mapping_type, block_size, target_dtype, quant_min, quant_max, eps)
     mid = _F32((qmax + qmin + 1) / 2)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -157,7 +157,7 @@ def _choose_qparams_affine_dont_preserve_zero(input: npt.ArrayLike, mapping_type
     ...                                           (1, 4), "uint8")
     (array([0.01176471], dtype=float32), array([0], dtype=int32))
     """
-    x = _input(input)
+    x = read_input(input)
     lo, scale, qmin, qmax = _asymmetric_scale(x, mapping_type, block_size, target_dtype, quant_min, quant_max, eps)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         q = np.rint((lo.astype(_F32) / scale.astype(_F32)).astype(x.dtype).astype(_F32))
@@ -182,7 +182,7 @@ def _floatx(ebits, mbits) -> str:
 
 
 def _rows(tensor) -> np.ndarray:
-    x = _input(tensor, "tensor")
+    x = read_input(tensor, "tensor")
     if x.ndim != 2:
         raise ValueError(f"tensor has shape {x.shape}; torchao's floatx helpers take a 2-d tensor (one scale per row)")
     return x

@@ -15,29 +15,29 @@ import numpy.typing as npt
 from .. import api
 from ..validation import check_finite
 from .torchao_affine import (
-    _SUB_BYTE_INT,
-    _SUB_BYTE_UINT,
-    _TARGETS,
-    _bounds,
-    _codes,
-    _grid,
-    _input,
-    _out_dtype,
-    _scale,
-    _target,
-    _view,
+    SUB_BYTE_INT,
+    SUB_BYTE_UINT,
+    TARGETS,
+    block_grid,
+    code_bounds,
+    output_codes,
+    output_dtype_of,
+    param_view,
+    read_input,
+    scale_grid,
+    target_key,
 )
 
 __all__ = ["_quantize_affine_tinygemm", "_dequantize_affine_tinygemm"]
 
 
 def _tinygemm_params(block_size, scale, zero_point, shape, key, quant_min, quant_max):
-    qmin, qmax = _bounds(key, quant_min, quant_max)
-    block, grid = _grid(shape, block_size)
-    s = _scale(scale, grid)
+    qmin, qmax = code_bounds(key, quant_min, quant_max)
+    block, grid = block_grid(shape, block_size)
+    s = scale_grid(scale, grid)
     if zero_point is None:
         raise TypeError("zero_point=None: the tinygemm (FLOAT domain) functions need a float zero point")
-    zp = _view("zero_point", zero_point, grid, floats_only=True)
+    zp = param_view("zero_point", zero_point, grid, floats_only=True)
     if s.dtype != np.float32 or zp.dtype != np.float32:
         raise NotImplementedError(f"scale ({s.dtype}) and zero_point ({zp.dtype}) must be float32: torchao computes "
                                   "the tinygemm shift in their dtype, nbquant in float32 only")
@@ -92,15 +92,15 @@ def _quantize_affine_tinygemm(input: npt.ArrayLike, block_size, scale: npt.Array
     >>> _quantize_affine_tinygemm(x, (1, 4), np.float32(0.2), np.float32(1.6), "uint4")
     array([[ 0,  5, 10, 15]], dtype=uint8)
     """
-    key = _target(output_dtype, "output_dtype")
-    x = _input(input)
+    key = target_key(output_dtype, "output_dtype")
+    x = read_input(input)
     block, grid, s, zp, qmin, qmax, mid = _tinygemm_params(block_size, scale, zero_point, x.shape, key,
                                                            quant_min, quant_max)
-    if key in _SUB_BYTE_INT:
+    if key in SUB_BYTE_INT:
         raise NotImplementedError(f"output_dtype={output_dtype!r} cannot be materialised in torch 2.13")
     min_val = zp - s * np.float32(mid)
     shifted = _per_block(np.subtract, x, min_val, block)
-    return api.quantize(shifted, s, _TARGETS[key][0], block_size=block, quant_min=qmin, quant_max=qmax)
+    return api.quantize(shifted, s, TARGETS[key][0], block_size=block, quant_min=qmin, quant_max=qmax)
 
 
 def _dequantize_affine_tinygemm(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero_point: npt.ArrayLike,
@@ -142,12 +142,12 @@ def _dequantize_affine_tinygemm(input: npt.ArrayLike, block_size, scale: npt.Arr
     >>> _dequantize_affine_tinygemm(q, (1, 4), np.float32(0.2), np.float32(1.6), "uint4")
     array([[0., 1., 2., 3.]], dtype=float32)
     """
-    key = _target(input_dtype, "input_dtype")
-    out = _out_dtype(output_dtype)
-    q = _codes(input, key)
+    key = target_key(input_dtype, "input_dtype")
+    out = output_dtype_of(output_dtype)
+    q = output_codes(input, key)
     block, grid, s, zp, qmin, qmax, mid = _tinygemm_params(block_size, scale, zero_point, q.shape, key,
                                                            quant_min, quant_max)
-    if key in _SUB_BYTE_UINT:
+    if key in SUB_BYTE_UINT:
         q = q.view(np.uint8)
     scaled = api.dequantize(q, s, zero_point=np.full(grid, mid, np.float32), block_size=block, out_dtype=out)
     return _per_block(np.add, scaled, zp, block).astype(out)
