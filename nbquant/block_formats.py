@@ -31,8 +31,8 @@ import numpy.typing as npt
 
 from ._dask import any_dask_array, is_dask_array
 from .backends import device_code_input, device_float_input, is_device_array
+from .block_rows import check_blocking, run_dequantize, run_quantize
 from .blocks import BlockSpec, block_format_names, get_block_format
-from .blocks._rows import check_blocking, run_dequantize, run_quantize
 from .blocks.mx import MXParams
 from .blocks.nvfp4 import NVFP4Params
 from .formats import QuantFormat, get_format

@@ -347,7 +347,7 @@ def default_backends() -> list[str]:
     return compiled or ["reference"]
 
 
-def _codec(x: np.ndarray, scheme: Scheme) -> tuple[Callable[[slice, str], Any], Callable[[Any, slice], Any], int]:
+def scheme_codec(x: np.ndarray, scheme: Scheme) -> tuple[Callable[[slice, str], Any], Callable[[Any, slice], Any], int]:
     """``(quantize, dequantize, param_bytes)`` of ``scheme`` on ``x``.
 
     ``quantize(rows, backend)`` quantizes ``x[rows]`` with the scales of the whole ``x``
@@ -437,7 +437,7 @@ def run_demo(
     checked = slice(None, None, check_step(*x.shape))
     x_checked = x[checked]
     for scheme in schemes(x.shape[1]):
-        quantize, dequantize, param_bytes = _codec(x, scheme)
+        quantize, dequantize, param_bytes = scheme_codec(x, scheme)
         oracle = _arrays(quantize(checked, "reference"))
         for backend in names:
             result, first = _timed(quantize, slice(None), backend)

@@ -16,8 +16,8 @@ import numpy.typing as npt
 
 from ._dask import any_dask_array, check_known_chunks, is_dask_array
 from .backends import device_copy, device_float_input, host_array, is_device_array
+from .block_rows import check_blocking, run_dequantize, run_quantize
 from .blocks import BlockSpec, get_block_format
-from .blocks._rows import check_blocking, run_dequantize, run_quantize
 from .layout import resolve_layout
 from .validation import check_int, check_out_dtype
 

@@ -64,7 +64,7 @@ def _demo_scheme(index: int, dtype: str) -> None:
 
     x = demo.make_weights(*_SHAPE).astype(_dtype(dtype))
     scheme = demo.schemes(_SHAPE[1])[index]
-    quantize, _, _ = demo._codec(x, scheme)
+    quantize, _, _ = demo.scheme_codec(x, scheme)
     result = quantize(slice(None), "cpu")
     if isinstance(result, nbquant.BlockQuantized):
         result.dequantize(backend="cpu")
@@ -281,9 +281,9 @@ def precompile(targets: Sequence[str] | None = None, dtypes: Sequence[str] = ("f
         raise ValueError(f"dtypes={list(dtypes)!r}: expected one or more of {', '.join(DTYPES)}")
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise ValueError(f"jobs={jobs!r}: expected a positive integer (1 compiles in this process)")
-    from nbquant.threads import _usable_cpus
+    from nbquant.threads import usable_cpus
 
-    jobs = min(jobs or _usable_cpus(), len(names))
+    jobs = min(jobs or usable_cpus(), len(names))
     stream = sys.stderr if stream is None else stream
     tty = stream.isatty()
     show = tty if progress is None else progress

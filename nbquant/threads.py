@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-__all__ = ["get_num_threads", "set_num_threads", "thread_limit", "ENV_VAR"]
+__all__ = ["get_num_threads", "set_num_threads", "thread_limit", "usable_cpus", "ENV_VAR"]
 
 #: The environment variable read for the default thread count.
 ENV_VAR = "NBQUANT_NUM_THREADS"
@@ -34,7 +34,14 @@ _cpus: list[int] = []
 _parsed: list[tuple[str, int | None]] = [("", None)]
 
 
-def _usable_cpus() -> int:
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask), read once per process and again after a fork.
+
+    Examples
+    --------
+    >>> usable_cpus() >= 1
+    True
+    """
     if not _cpus:
         affinity = getattr(os, "sched_getaffinity", None)
         _cpus.append(len(affinity(0)) if affinity else (os.cpu_count() or 1))
@@ -88,7 +95,7 @@ def get_num_threads() -> int:
         n = _requested[0]
     else:
         from_env = _from_environment()
-        n = from_env if from_env is not None else _usable_cpus()
+        n = from_env if from_env is not None else usable_cpus()
     cap = _limit.get()
     return n if cap is None else min(n, cap)
 

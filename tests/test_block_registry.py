@@ -16,7 +16,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from nbquant.blocks import block_format_names, dequantize_blocks, find_kernel, get_block_format, quantize_blocks
+from nbquant.block_rows import dequantize_blocks, quantize_blocks
+from nbquant.blocks import block_format_names, find_kernel, get_block_format
 
 NAMES = block_format_names()
 IN_DTYPES = (np.float32, np.float16, ml_dtypes.bfloat16, np.float64)

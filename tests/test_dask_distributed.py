@@ -57,7 +57,7 @@ def test_chunk_calls_run_one_thread_on_the_workers(client):
     probe, = engine.map_layout(_threads, da.from_array(X, chunks=(4, 32)), resolve_layout(X.shape),
                                [engine.Output("grid", np.dtype(np.int64))])
     assert set(probe.compute().ravel()) == {1}
-    assert set(client.run(nbquant.get_num_threads).values()) == {nbquant.threads._usable_cpus()}  # outside tasks
+    assert set(client.run(nbquant.get_num_threads).values()) == {nbquant.threads.usable_cpus()}  # outside tasks
 
 
 def _compiled() -> int:

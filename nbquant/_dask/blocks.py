@@ -4,7 +4,7 @@
 :class:`~nbquant.blocks.BlockSpec`, the blocked axis) and map it over the chunks with
 :func:`nbquant._dask.engine.map_layout`: every tensor of the format holds ``per_block``
 items per block along the blocked axis, so its chunks follow from the input's. The chunk
-call (``per_chunk``) is the caller's: :mod:`nbquant.blocks._rows` runs the format on the chunk.
+call (``per_chunk``) is the caller's: :mod:`nbquant.block_rows` runs the format on the chunk.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from .._dask import is_dask_array
+from ..placement import is_dask_array
 from ._format import BlockFormat, Tensor
 
 __all__ = ["NVFP4", "NVFP4Params", "amax_global_scale"]

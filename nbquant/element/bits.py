@@ -15,6 +15,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = [
+    "_to_f32",  # the intrinsics under load_f32/store_float, called directly where one inlined call fewer matters
+    "_from_f32",
     "CANONICAL_NAN_BITS",
     "element_function",
     "rint_f32",

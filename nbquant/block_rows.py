@@ -17,11 +17,11 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 
-from .._dask import any_dask_array, is_dask_array
-from .._memory import host_empty
-from ..backends import device_code_input, device_float_input, device_result, is_device_array, resolve_backend
-from ..validation import check_int, check_out_dtype
-from ._format import BlockFormat, BlockSpec, get_block_format
+from ._dask import any_dask_array, is_dask_array
+from ._memory import host_empty
+from .backends import device_code_input, device_float_input, device_result, is_device_array, resolve_backend
+from .blocks import BlockFormat, BlockSpec, get_block_format
+from .validation import check_int, check_out_dtype
 
 __all__ = ["check_blocking", "to_rows", "from_rows", "moved_shape", "empty_result", "quantize_rows",
            "dequantize_rows", "run_quantize", "run_dequantize", "quantize_blocks", "dequantize_blocks"]
@@ -109,7 +109,7 @@ def run_quantize(x, spec: BlockSpec, axis: int, backend, **lazy_options) -> tupl
     an alignment) when ``x`` is a dask array.
     """
     if is_dask_array(x):
-        from .._dask.blocks import quantize_lazy
+        from ._dask.blocks import quantize_lazy
 
         lazy_options.setdefault("per_chunk", functools.partial(_chunk_quantize, name=spec.format.name,
                                                                backend=backend))
@@ -127,7 +127,7 @@ def run_dequantize(tensors: tuple, spec: BlockSpec, axis: int, n: int, backend, 
     (default: this function's chunk call) on every chunk, ``lazy_kwargs`` passed to it.
     """
     if any_dask_array(*tensors, *lazy_kwargs.values()):
-        from .._dask.blocks import dequantize_lazy, params_kwargs
+        from ._dask.blocks import dequantize_lazy, params_kwargs
 
         if per_chunk is None:
             names = tuple(t.name for t in spec.tensors)
@@ -184,7 +184,8 @@ def quantize_blocks(fmt: BlockFormat, x: npt.ArrayLike, *, axis: int = -1, block
     Examples
     --------
     >>> import numpy as np
-    >>> from nbquant.blocks import get_block_format, quantize_blocks
+    >>> from nbquant.blocks import get_block_format
+    >>> from nbquant.block_rows import quantize_blocks
     >>> (data, scales), params = quantize_blocks(get_block_format("nvfp4"), np.array([6.0, 0.5], np.float32),
     ...                                          block_size=2)
     >>> data, params.global_scale
@@ -227,7 +228,8 @@ def dequantize_blocks(fmt: BlockFormat, tensors, *, axis: int = -1, block_size: 
     Examples
     --------
     >>> import numpy as np
-    >>> from nbquant.blocks import get_block_format, dequantize_blocks
+    >>> from nbquant.blocks import get_block_format
+    >>> from nbquant.block_rows import dequantize_blocks
     >>> dequantize_blocks(get_block_format("nf4"), (np.array([0xF2], np.uint8), np.array([2.0], np.float32)),
     ...                   block_size=2)
     array([ 2.      , -1.046875], dtype=float32)
