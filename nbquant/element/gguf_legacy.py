@@ -25,9 +25,11 @@ from __future__ import annotations
 import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
-from .gguf_common import get_u16, get_u32, ggml_f16, mul_f32, nearest_int, put_u16, put_u32, round_away, trunc_i64
+from .gguf_common import get_u16, get_u32, ggml_f16, mul_f32, put_u16, put_u32, round_away, trunc_i64
+from .gguf_search import W_SIGMA, kx_code, kx_search, qx_code, qx_search
 
-__all__ = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "row_sigma2", "legacy_quantize_block", "legacy_dequantize_block"]
+__all__ = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "square_add", "row_sigma2", "legacy_quantize_block",
+           "legacy_dequantize_block"]
 
 #: ggml type ids of the formats (``kind`` arguments).
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = 2, 3, 6, 7, 8
@@ -35,19 +37,19 @@ _FLT_MAX = np.float32(3.4028234663852886e38)
 
 
 @element_function
+def square_add(s, v):
+    """``s + v*v`` in float32, unfused: one step of a row's sum of squares."""
+    v = np.float32(v)
+    return np.float32(s) + mul_f32(v, v)
+
+
+@element_function
 def row_sigma2(x, n):
     """``sum(x[:n]**2) / n`` summed in order in float32 (ggml's ``sigma2`` of an importance-weighted row)."""
     s = np.float32(0.0)
     for j in range(n):
-        v = np.float32(x[j])
-        s = s + mul_f32(v, v)
+        s = square_add(s, x[j])
     return s / np.float32(n)
-
-
-@element_function
-def _weight(x, qw, c, j, sigma2):
-    v = np.float32(x[c + j])
-    return mul_f32(np.float32(qw[c + j]), np.float32(np.sqrt(np.float32(sigma2) + mul_f32(v, v))))
 
 
 @element_function
@@ -72,62 +74,18 @@ def _q8_0(x, c, rec, o):
 @element_function
 def _sym_code(x, c, j, nmax, inv, searched):
     """Code ``j`` of a Q4_0 (``nmax`` 8) or Q5_0 (16) block, 0..2*nmax-1 as the byte C stores."""
+    if searched:
+        return qx_code(x, c, j, nmax, inv)
     v = np.float32(x[c + j])
-    if searched:  # make_qx_quants: nmax + clamp(nearest_int(iscale * x), -nmax, nmax - 1)
-        if inv != inv:
-            return np.int64(0)  # the all-zero block marker (see _qx_search)
-        return nmax + max(-nmax, min(nmax - 1, nearest_int(mul_f32(inv, v))))
     t = _int8(trunc_i64(mul_f32(v, inv) + np.float32(np.float32(nmax) + np.float32(0.5))))
     return min(2 * nmax - 1, t) & 0xFF
-
-
-@element_function
-def _qx_sums(x, qw, c, sigma2, nmax, iscale):
-    sumlx = np.float32(0.0)
-    suml2 = np.float32(0.0)
-    for j in range(32):
-        v = np.float32(x[c + j])
-        fl = np.float32(max(-nmax, min(nmax - 1, nearest_int(mul_f32(iscale, v)))))
-        w = _weight(x, qw, c, j, sigma2)
-        sumlx = sumlx + mul_f32(mul_f32(w, v), fl)
-        suml2 = suml2 + mul_f32(mul_f32(w, fl), fl)
-    return sumlx, suml2
-
-
-@element_function
-def _qx_search(x, qw, c, sigma2, nmax):
-    """ggml's ``make_qx_quants(32, nmax, x, L, 1, weights)``: ``(scale, iscale of the codes)``; iscale NaN: all zero."""
-    mx = np.float32(0.0)
-    amax = np.float32(0.0)
-    for j in range(32):
-        v = np.float32(x[c + j])
-        if abs(v) > amax:
-            amax = abs(v)
-            mx = v
-    if amax < np.float32(1e-15):
-        return np.float32(0.0), np.float32(np.nan)
-    iscale = np.float32(-nmax) / mx
-    best_iscale = iscale
-    sumlx, suml2 = _qx_sums(x, qw, c, sigma2, nmax, iscale)
-    scale = sumlx / suml2 if suml2 != 0 else np.float32(0.0)
-    best = scale * sumlx
-    for step in range(-9, 10):
-        if step == 0:
-            continue
-        iscale = -(np.float32(nmax) + mul_f32(np.float32(0.1), np.float32(step))) / mx
-        sumlx, suml2 = _qx_sums(x, qw, c, sigma2, nmax, iscale)
-        if suml2 > 0 and mul_f32(sumlx, sumlx) > mul_f32(best, suml2):
-            best_iscale = iscale
-            scale = sumlx / suml2
-            best = scale * sumlx
-    return scale, best_iscale
 
 
 @element_function
 def _sym(x, c, rec, o, nmax, qw, use_qw, sigma2):
     """Q4_0 (``nmax`` 8) or Q5_0 (16)."""
     if use_qw:
-        d, inv = _qx_search(x, qw, c, sigma2, nmax)
+        d, inv = qx_search(x, qw, c, 32, sigma2, W_SIGMA, nmax)
     else:
         amax = np.float32(0.0)
         mx = np.float32(0.0)
@@ -145,9 +103,9 @@ def _sym(x, c, rec, o, nmax, qw, use_qw, sigma2):
 @element_function
 def _asym_code(x, c, j, top, inv, low, searched):
     """Code ``j`` of a Q4_1 (``top`` 15) or Q5_1 (31) block."""
+    if searched:
+        return kx_code(x, c, j, top, inv, low)
     v = np.float32(x[c + j]) - np.float32(low)
-    if searched:  # make_qkx3_quants: clamp(nearest_int(iscale * (x - min)), 0, nmax)
-        return max(np.int64(0), min(np.int64(top), nearest_int(mul_f32(inv, v))))
     t = trunc_i64(mul_f32(v, inv) + np.float32(0.5))
     return (min(np.int64(top), _int8(t)) if top == 15 else t) & 0xFF
 
@@ -173,88 +131,10 @@ def _pack(x, c, rec, o, nmax, inv, searched, low, asym):
 
 
 @element_function
-def _kx3_step(x, qw, c, sigma2, top, iscale, low):
-    """One step of ``make_qkx3_quants``: the weighted sums of the codes at ``iscale`` and ``low``."""
-    sum_l = np.float32(0.0)
-    sum_l2 = np.float32(0.0)
-    sum_xl = np.float32(0.0)
-    for j in range(32):
-        v = np.float32(x[c + j])
-        fl = np.float32(max(np.int64(0), min(np.int64(top), nearest_int(mul_f32(iscale, v - low)))))
-        w = _weight(x, qw, c, j, sigma2)
-        wl = mul_f32(w, fl)
-        sum_l = sum_l + wl
-        sum_l2 = sum_l2 + mul_f32(wl, fl)
-        sum_xl = sum_xl + mul_f32(wl, v)
-    return sum_l, sum_l2, sum_xl
-
-
-@element_function
-def _kx3_mad(x, qw, c, sigma2, top, iscale, low, scale, shift):
-    """``sum w * (scale * L + shift - x)**2`` over the codes of ``iscale`` and ``low``."""
-    mad = np.float32(0.0)
-    for j in range(32):
-        v = np.float32(x[c + j])
-        fl = np.float32(max(np.int64(0), min(np.int64(top), nearest_int(mul_f32(iscale, v - low)))))
-        diff = (mul_f32(scale, fl) + shift) - v
-        mad = mad + mul_f32(_weight(x, qw, c, j, sigma2), mul_f32(diff, diff))
-    return mad
-
-
-@element_function
-def _kx3_search(x, qw, c, sigma2, top):
-    """ggml's ``make_qkx3_quants(32, top, x, w, L, &min, Laux, -0.9, 0.05, 36, false)``.
-
-    Returns ``(scale, min, iscale, low)``: the block's scale and (non-positive) minimum, and
-    the ``iscale``/``low`` its codes are ``clamp(nearest_int(iscale * (x - low)), 0, top)`` of.
-    """
-    lo = np.float32(x[c])
-    hi = lo
-    sum_w = _weight(x, qw, c, 0, sigma2)
-    sum_x = mul_f32(sum_w, lo)
-    for j in range(1, 32):
-        v = np.float32(x[c + j])
-        if v < lo:
-            lo = v
-        if v > hi:
-            hi = v
-        w = _weight(x, qw, c, j, sigma2)
-        sum_w = sum_w + w
-        sum_x = sum_x + mul_f32(w, v)
-    if lo > 0:
-        lo = np.float32(0.0)
-    if hi <= lo:
-        return np.float32(0.0), lo, np.float32(0.0), lo
-    ftop = np.float32(top)
-    iscale = ftop / (hi - lo)
-    scale = np.float32(1.0) / iscale
-    best_iscale, best_low = iscale, lo
-    best_mad = _kx3_mad(x, qw, c, sigma2, top, iscale, lo, scale, lo)
-    for step in range(37):
-        low = lo
-        iscale = ((np.float32(-0.9) + mul_f32(np.float32(0.05), np.float32(step))) + ftop) / (hi - lo)
-        sum_l, sum_l2, sum_xl = _kx3_step(x, qw, c, sigma2, top, iscale, low)
-        dd = mul_f32(sum_w, sum_l2) - mul_f32(sum_l, sum_l)
-        if dd > 0:
-            this_scale = (mul_f32(sum_w, sum_xl) - mul_f32(sum_x, sum_l)) / dd
-            this_min = (mul_f32(sum_l2, sum_x) - mul_f32(sum_l, sum_xl)) / dd
-            if this_min > 0:
-                this_min = np.float32(0.0)
-                this_scale = sum_xl / sum_l2
-            mad = _kx3_mad(x, qw, c, sigma2, top, iscale, low, this_scale, this_min)
-            if mad < best_mad:
-                best_mad = mad
-                best_iscale, best_low = iscale, low
-                scale = this_scale
-                lo = this_min
-    return scale, lo, best_iscale, best_low
-
-
-@element_function
 def _asym(x, c, rec, o, top, qw, use_qw, sigma2):
     """Q4_1 (``top`` 15) or Q5_1 (31)."""
     if use_qw:
-        d, m, inv, low = _kx3_search(x, qw, c, sigma2, top)
+        d, m, inv, low = kx_search(x, qw, c, sigma2, W_SIGMA, top, np.float32(-0.9), np.float32(0.05), 36, True)
     else:
         m = _FLT_MAX
         hi = -_FLT_MAX
@@ -281,14 +161,10 @@ def legacy_quantize_block(kind, x, c, rec, o, qw, use_qw, sigma2):
     """
     if kind == Q8_0:
         _q8_0(x, c, rec, o)
-    elif kind == Q4_0:
-        _sym(x, c, rec, o, np.int64(8), qw, use_qw, sigma2)
-    elif kind == Q5_0:
-        _sym(x, c, rec, o, np.int64(16), qw, use_qw, sigma2)
-    elif kind == Q4_1:
-        _asym(x, c, rec, o, np.int64(15), qw, use_qw, sigma2)
+    elif kind == Q4_0 or kind == Q5_0:
+        _sym(x, c, rec, o, np.int64(8) if kind == Q4_0 else np.int64(16), qw, use_qw, sigma2)
     else:
-        _asym(x, c, rec, o, np.int64(31), qw, use_qw, sigma2)
+        _asym(x, c, rec, o, np.int64(15) if kind == Q4_1 else np.int64(31), qw, use_qw, sigma2)
 
 
 @element_function
