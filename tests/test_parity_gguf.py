@@ -60,7 +60,7 @@ def _crafted() -> np.ndarray:
     x[3, 17] = 300.0                                       # single outlier
     for r in range(4, 16):                                 # maxima on and next to powers of two
         p = np.float32(2.0 ** (r - 9))
-        x[r, 5::32] = [p, np.nextafter(p, np.float32(0)), np.nextafter(p, np.float32(np.inf)), -p][: x[r, 5::32].size]
+        x[r, 5::32] = np.resize([p, np.nextafter(p, np.float32(0)), np.nextafter(p, np.float32(np.inf)), -p], 8)
     x[5, 32:64] = np.abs(x[5, 32:64])
     x[6, 64:96] = -0.0
     x[6, 65] = 0.0

@@ -58,16 +58,25 @@ def nearest_int(v):
     return (f32_bits(w) & 0x7FFFFF) - 0x400000
 
 
+_INT_RANGE = np.float32(2147483648.0)
+
+
 @element_function
 def trunc_i64(v):
-    """C's float-to-integer conversion (toward zero)."""
-    return np.int64(np.float32(v))
+    """C's float-to-``int`` conversion on x86-64 (``cvttss2si``): toward zero; NaN and ``|v| >= 2**31`` give
+    ``INT_MIN``, whose low byte (all a narrowing store keeps) is 0, so they return 0."""
+    v = np.float32(v)
+    if not abs(v) < _INT_RANGE:
+        return np.int64(0)
+    return np.int64(v)
 
 
 @element_function
 def round_away(v):
-    """C's ``roundf``: to the nearest integer, half away from zero (an integer result)."""
+    """C's ``roundf`` then its conversion to an integer (half away from zero; out of range or NaN: 0, as above)."""
     v = np.float32(v)
+    if not abs(v) < _INT_RANGE:
+        return np.int64(0)
     t = np.int64(v)
     r = v - np.float32(t)  # exact
     if r >= np.float32(0.5):

@@ -173,7 +173,8 @@ def _blocks(kind: int, x: np.ndarray, w: np.ndarray | None) -> np.ndarray:
             inv = np.where(d != 0, _F(1) / d, _F(0))
         v = x * inv[:, None]
         t = _to_int(v)
-        r = v - t
+        with np.errstate(invalid="ignore"):
+            r = np.where(np.abs(v) < 2.0**31, v - t, 0)
         q = t + (r >= 0.5) - (r <= -0.5)
         return np.concatenate([f16_bytes(d), (q & 0xFF).astype(np.uint8)], axis=1)
     five = kind in (6, 7)
@@ -207,6 +208,11 @@ def _blocks(kind: int, x: np.ndarray, w: np.ndarray | None) -> np.ndarray:
 
 def legacy_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
     """Records (rows, n / 32 * type_size) uint8 of ``x`` (rows, n) float32 in ggml type ``kind``; ``imatrix`` (n,)."""
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # C's inf/NaN arithmetic, kept as is
+        return _rows(kind, x, imatrix, type_size)
+
+
+def _rows(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
     rows, n = x.shape
     blocks = x.reshape(-1, 32)
     w = None

@@ -162,7 +162,8 @@ def kquant_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_s
     rows, n = x.shape
     blocks = x.reshape(-1, 256)
     qw = None if imatrix is None else np.tile(imatrix.reshape(-1, 256), (rows, 1))
-    out = _q6k(blocks, qw) if kind == 14 else _kmin(blocks, qw, 15 if kind == 12 else 31)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # C's inf/NaN arithmetic, kept as is
+        out = _q6k(blocks, qw) if kind == 14 else _kmin(blocks, qw, 15 if kind == 12 else 31)
     return out.reshape(rows, n // 256 * type_size)
 
 
