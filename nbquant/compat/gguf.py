@@ -84,8 +84,8 @@ def quantize(data: np.ndarray, qtype, *, imatrix: np.ndarray | None = None) -> n
     Examples
     --------
     >>> import numpy as np
-    >>> quantize(np.ones((1, 32), np.float32), "Q8_0")[0, :3].tolist()
-    [8, 36, 127]
+    >>> quantize(np.ones((1, 32), np.float32), "Q8_0")[0, :3].tolist()  # d = 1 / 127 (float16 0x2008), code 127
+    [8, 32, 127]
     """
     name, cast, fmt = _resolve(qtype)
     if cast is not None:
@@ -103,7 +103,7 @@ def dequantize(data: np.ndarray, qtype) -> np.ndarray:
     Examples
     --------
     >>> import numpy as np
-    >>> dequantize(np.array([[0, 60] + [0x98] * 16], np.uint8), "Q4_0")[0, :2].tolist()
+    >>> dequantize(np.array([[0, 60] + [0x98] * 16], np.uint8), "Q4_0")[0, [0, 16]].tolist()  # d = 1, codes 8 and 9
     [0.0, 1.0]
     """
     name, cast, fmt = _resolve(qtype)

@@ -80,8 +80,8 @@ def quantize(x: np.ndarray, qtype, *, imatrix: np.ndarray | None = None, backend
     Examples
     --------
     >>> import numpy as np
-    >>> quantize(np.ones((1, 32), np.float32), "Q4_0")[0, :4].tolist()
-    [48, 176, 136, 136]
+    >>> quantize(np.ones((1, 32), np.float32), "Q4_0")[0, :4].tolist()  # d = 1 / -8 (float16 0xb000), codes 0
+    [0, 176, 0, 0]
     """
     fmt = _implemented(qtype)
     if not isinstance(x, np.ndarray):
@@ -127,7 +127,7 @@ def dequantize(data: np.ndarray, qtype, *, backend: str = "cpu") -> np.ndarray:
     Examples
     --------
     >>> import numpy as np
-    >>> dequantize(np.array([[0, 60] + [0x98] * 16], np.uint8), "Q4_0")[0, :2].tolist()
+    >>> dequantize(np.array([[0, 60] + [0x98] * 16], np.uint8), "Q4_0")[0, [0, 16]].tolist()  # d = 1, codes 8 and 9
     [0.0, 1.0]
     """
     fmt = _implemented(qtype)
