@@ -112,7 +112,8 @@ def test_dequantize_matches_gguf_py(gguf_py, name):
     records = np.random.default_rng(9).integers(0, 256, (64, 8 * fmt.type_size), dtype=np.uint8)
     real = gguf.quantize(_rows(4, n=256), name)
     for data in (records, real):
-        want = gguf_py.quants.dequantize(data, qtype)
+        with np.errstate(invalid="ignore", over="ignore"):  # inf * 0 in gguf-py's arithmetic on random bytes
+            want = gguf_py.quants.dequantize(data, qtype)
         got = gguf.dequantize(data, name)
         assert got.shape == want.shape and got.dtype == want.dtype == np.float32
         nan = np.isnan(want)

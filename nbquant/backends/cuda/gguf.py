@@ -48,8 +48,8 @@ def gguf_sigma2_kernel(x, sigma2):
         r += stride
 
 
-@cuda_kernel(lambda: types.void(I64, _F2, _F1, B1, I64, _F1, _U2), [()])
-def gguf_legacy_quantize_kernel(kind, x, qw, use_qw, type_size, sigma2, out):
+@cuda_kernel(lambda: types.void(_F2, I64, _F1, B1, I64, _F1, _U2), [()])
+def gguf_legacy_quantize_kernel(x, kind, qw, use_qw, type_size, sigma2, out):
     """Quantize ``x`` (rows, n) into ``out`` (rows, n / 32 * type_size): one thread per 32-element block."""
     rows = np.uint64(x.shape[0])
     nblocks = np.uint64(x.shape[1] // 32)
@@ -73,8 +73,8 @@ def gguf_legacy_quantize_kernel(kind, x, qw, use_qw, type_size, sigma2, out):
         row += np.uint64(cuda.gridDim.y)
 
 
-@cuda_kernel(lambda: types.void(I64, _U2, I64, _F2), [()])
-def gguf_legacy_dequantize_kernel(kind, data, type_size, out):
+@cuda_kernel(lambda: types.void(_U2, I64, I64, _F2), [()])
+def gguf_legacy_dequantize_kernel(data, kind, type_size, out):
     """Decode ``data`` (rows, row bytes) into ``out`` (rows, n): one thread per record."""
     rows = np.uint64(out.shape[0])
     nblocks = np.uint64(out.shape[1] // 32)
@@ -96,8 +96,8 @@ def gguf_legacy_dequantize_kernel(kind, data, type_size, out):
         row += np.uint64(cuda.gridDim.y)
 
 
-@cuda_kernel(lambda: types.void(I64, _F2, _F1, B1, I64, _U2), [()])
-def gguf_kquant_quantize_kernel(kind, x, qw, use_qw, type_size, out):
+@cuda_kernel(lambda: types.void(_F2, I64, _F1, B1, I64, _U2), [()])
+def gguf_kquant_quantize_kernel(x, kind, qw, use_qw, type_size, out):
     """Quantize ``x`` (rows, n) into K-quant ``out`` (rows, n / 256 * type_size): one thread per super-block."""
     rows = np.uint64(x.shape[0])
     nblocks = np.uint64(x.shape[1] // 256)
@@ -122,8 +122,8 @@ def gguf_kquant_quantize_kernel(kind, x, qw, use_qw, type_size, out):
         row += np.uint64(cuda.gridDim.y)
 
 
-@cuda_kernel(lambda: types.void(I64, _U2, I64, _F2), [()])
-def gguf_kquant_dequantize_kernel(kind, data, type_size, out):
+@cuda_kernel(lambda: types.void(_U2, I64, I64, _F2), [()])
+def gguf_kquant_dequantize_kernel(data, kind, type_size, out):
     """Decode K-quant ``data`` (rows, row bytes) into ``out`` (rows, n): one thread per record."""
     rows = np.uint64(out.shape[0])
     nblocks = np.uint64(out.shape[1] // 256)
@@ -165,7 +165,7 @@ def legacy_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_s
     d_out = runtime.result_on_device(out, stream)
     grid, threads = runtime.grid_for_rows(rows, n // 32)
     gguf_legacy_quantize_kernel.launch(grid, threads, stream,
-                                       (kind, d_x, d_qw, imatrix is not None, type_size, d_sigma2, d_out))
+                                       (d_x, kind, d_qw, imatrix is not None, type_size, d_sigma2, d_out))
     runtime.copy_back([(out, d_out)], stream)
     return out
 
@@ -177,7 +177,7 @@ def legacy_dequantize(kind: int, data: np.ndarray, type_size: int) -> np.ndarray
     d_data = runtime.to_device(data, stream)
     d_out = runtime.result_on_device(out, stream)
     grid, threads = runtime.grid_for_rows(out.shape[0], out.shape[1] // 32)
-    gguf_legacy_dequantize_kernel.launch(grid, threads, stream, (kind, d_data, type_size, d_out))
+    gguf_legacy_dequantize_kernel.launch(grid, threads, stream, (d_data, kind, type_size, d_out))
     runtime.copy_back([(out, d_out)], stream)
     return out
 
@@ -191,7 +191,7 @@ def kquant_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_s
     d_qw = runtime.to_device(np.zeros(1, np.float32) if imatrix is None else imatrix, stream)
     d_out = runtime.result_on_device(out, stream)
     grid, threads = runtime.grid_for_rows(rows, n // 256)
-    gguf_kquant_quantize_kernel.launch(grid, threads, stream, (kind, d_x, d_qw, imatrix is not None, type_size, d_out))
+    gguf_kquant_quantize_kernel.launch(grid, threads, stream, (d_x, kind, d_qw, imatrix is not None, type_size, d_out))
     runtime.copy_back([(out, d_out)], stream)
     return out
 
@@ -203,6 +203,6 @@ def kquant_dequantize(kind: int, data: np.ndarray, type_size: int) -> np.ndarray
     d_data = runtime.to_device(data, stream)
     d_out = runtime.result_on_device(out, stream)
     grid, threads = runtime.grid_for_rows(out.shape[0], out.shape[1] // 256)
-    gguf_kquant_dequantize_kernel.launch(grid, threads, stream, (kind, d_data, type_size, d_out))
+    gguf_kquant_dequantize_kernel.launch(grid, threads, stream, (d_data, kind, type_size, d_out))
     runtime.copy_back([(out, d_out)], stream)
     return out
