@@ -11,6 +11,7 @@ arrays and streams), :mod:`.static`, :mod:`.blocks`, :mod:`.dynamic`, :mod:`.mod
 
 from __future__ import annotations
 
+from . import gguf as gguf  # registers the GGUF kernels with the others (the PTX check compiles them)
 from . import runtime
 from .blocks import BlockOps
 from .dynamic import DynamicOps

@@ -1,0 +1,225 @@
+"""GGUF's 256-element K-quant super-blocks Q4_K, Q5_K and Q6_K: one super-block of floats to one byte record.
+
+The quantize functions follow ggml's ``quantize_row_q{4,5,6}_K_ref`` (no importance
+matrix) and ``quantize_row_q{4,5,6}_K_impl`` (with one), in its float32 arithmetic. They
+take a float32 scratch array ``fs`` of at least :data:`SCRATCH` values from the kernel
+(per-sub-block scales, minima and search results). Records (little-endian):
+
+=====  ====  ======================================================================
+Q4_K   144   d, dmin (float16), scales[12] (6-bit scales and mins), qs[128]
+Q5_K   176   d, dmin, scales[12], qh[32], qs[128]
+Q6_K   210   ql[128], qh[64], int8 scales[16], d
+=====  ====  ======================================================================
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .bits import canonical_f32, element_function, load_f32
+from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16
+from .gguf_search import W_AVX, W_DIRECT, W_SIGMA, W_SQUARE, kx_code, kx_search, qp_search, qx_code, qx_search
+
+__all__ = ["Q4_K", "Q5_K", "Q6_K", "SCRATCH", "kquant_quantize_block", "kquant_dequantize_block"]
+
+#: ggml type ids.
+Q4_K, Q5_K, Q6_K = 12, 13, 14
+#: Scratch floats a quantize call needs.
+SCRATCH = 80
+
+
+@element_function
+def _f16_value(rec, o):
+    return load_f32(np.uint16(get_u16(rec, o)))
+
+
+@element_function
+def _scale_min(rec, o, j):
+    """ggml's ``get_scale_min_k4``: the 6-bit scale and min of sub-block ``j`` from the 12 bytes at ``rec[o:]``."""
+    if j < 4:
+        return np.int64(rec[o + j]) & 63, np.int64(rec[o + j + 4]) & 63
+    sc = (np.int64(rec[o + j + 4]) & 0xF) | ((np.int64(rec[o + j - 4]) >> 6) << 4)
+    m = (np.int64(rec[o + j + 4]) >> 4) | ((np.int64(rec[o + j]) >> 6) << 4)
+    return sc, m
+
+
+@element_function
+def _kmin_scales(x, c, qw, use_qw, top, fs):
+    """Sub-block searches of Q4_K/Q5_K: scales fs[0:8], mins fs[8:16], codes' iscale/low fs[16:32]; (d, dmin)."""
+    sigma2 = np.float32(0.0)
+    if use_qw:
+        s = np.float32(0.0)
+        for i in range(256):
+            v = np.float32(x[c + i])
+            s = s + mul_f32(v, v)
+        sigma2 = mul_f32(np.float32(2.0), s) / np.float32(256.0)
+    max_scale = np.float32(0.0)
+    max_min = np.float32(0.0)
+    for j in range(8):
+        cj = c + 32 * j
+        s = np.float32(0.0)
+        for i in range(32):
+            v = np.float32(x[cj + i])
+            s = s + (mul_f32(np.float32(qw[cj + i]), np.float32(math.sqrt(sigma2 + mul_f32(v, v)))) if use_qw
+                     else mul_f32(v, v))
+        if use_qw:  # quantize_row_q{4,5}_K_impl: make_qkx3_quants on the importance weights
+            fs[32 + j] = s
+            aux, wmode, rmin, rdelta, nstep = sigma2, W_SIGMA, np.float32(-0.9), np.float32(0.05), 36
+        else:  # the _ref rows: make_qkx2_quants on av_x + |x|
+            aux, wmode, rdelta = np.float32(math.sqrt(s / np.float32(32.0))), W_AVX, np.float32(0.1)
+            rmin, nstep = (np.float32(-1.0), 20) if top == 15 else (np.float32(-0.5), 15)
+        scale, low, iscale, code_low = kx_search(x, qw, cj, aux, wmode, top, rmin, rdelta, nstep, use_qw)
+        fs[j] = scale
+        fs[8 + j] = -low
+        fs[16 + j] = iscale
+        fs[24 + j] = code_low
+        if scale > max_scale:
+            max_scale = scale
+        if -low > max_min:
+            max_min = -low
+    if use_qw:  # make_qp_quants of the scales (codes to fs[40:48]), then of the mins (fs[48:56])
+        for t in range(2):
+            fs[72 + t] = qp_search(fs, 8 * t, 8, 63, fs, 32, fs, 40 + 8 * t)
+        return fs[72], fs[73]
+    inv_scale = np.float32(63.0) / max_scale if max_scale > 0 else np.float32(0.0)
+    inv_min = np.float32(63.0) / max_min if max_min > 0 else np.float32(0.0)
+    for j in range(8):
+        fs[40 + j] = np.float32(min(np.int64(63), nearest_int(mul_f32(inv_scale, fs[j])) & 0xFF))
+        fs[48 + j] = np.float32(min(np.int64(63), nearest_int(mul_f32(inv_min, fs[8 + j])) & 0xFF))
+    return max_scale / np.float32(63.0), max_min / np.float32(63.0)
+
+
+@element_function
+def _kmin(x, c, rec, o, qw, use_qw, top, fs):
+    """Q4_K (``top`` 15) or Q5_K (31)."""
+    d, dmin = _kmin_scales(x, c, qw, use_qw, top, fs)
+    put_u16(rec, o, ggml_f16(d))
+    put_u16(rec, o + 2, ggml_f16(dmin))
+    so = o + 4
+    for j in range(12):
+        rec[so + j] = np.uint8(0)
+    for j in range(8):
+        ls = np.int64(fs[40 + j]) & 0xFF
+        lm = np.int64(fs[48 + j]) & 0xFF
+        if j < 4:
+            rec[so + j] = np.uint8(ls)
+            rec[so + j + 4] = np.uint8(lm)
+        else:
+            rec[so + j + 4] = np.uint8(((ls & 0xF) | ((lm & 0xF) << 4)) & 0xFF)
+            rec[so + j - 4] = np.uint8((np.int64(rec[so + j - 4]) | ((ls >> 4) << 6)) & 0xFF)
+            rec[so + j] = np.uint8((np.int64(rec[so + j]) | ((lm >> 4) << 6)) & 0xFF)
+    dq = _f16_value(rec, o)
+    mq = _f16_value(rec, o + 2)
+    for j in range(8):
+        sc, m = _scale_min(rec, so, j)
+        fs[56 + j] = dq * np.float32(sc)
+        fs[64 + j] = mq * np.float32(m)
+    qo = o + 16 if top == 15 else o + 48
+    if top == 31:
+        for j in range(32):
+            rec[o + 16 + j] = np.uint8(0)
+    for n in range(4):
+        for j in range(32):
+            a = _kmin_code(x, c, 64 * n + j, top, fs)
+            b = _kmin_code(x, c, 64 * n + 32 + j, top, fs)
+            if top == 31:
+                h = np.int64(rec[o + 16 + j])
+                if a > 15:
+                    a -= 16
+                    h |= np.int64(1) << (2 * n)
+                if b > 15:
+                    b -= 16
+                    h |= np.int64(2) << (2 * n)
+                rec[o + 16 + j] = np.uint8(h)
+            rec[qo + 32 * n + j] = np.uint8((a | (b << 4)) & 0xFF)
+
+
+@element_function
+def _kmin_code(x, c, i, top, fs):
+    """The code of element ``i`` of a Q4_K/Q5_K super-block (the search's code where the sub-block's scale is 0)."""
+    j = i // 32
+    d = np.float32(fs[56 + j])
+    if d == 0:
+        return kx_code(x, c + 32 * j, i - 32 * j, top, fs[16 + j], fs[24 + j])
+    return max(np.int64(0), min(np.int64(top), nearest_int((np.float32(x[c + i]) + np.float32(fs[64 + j])) / d)))
+
+
+@element_function
+def _q6k_code(x, c, i, fs):
+    j = i // 16
+    d = np.float32(fs[32 + j])
+    if d == 0:
+        return qx_code(x, c + 16 * j, i - 16 * j, np.int64(32), fs[16 + j])
+    return max(np.int64(-32), min(np.int64(31), nearest_int(np.float32(x[c + i]) / d))) + 32
+
+
+@element_function
+def _q6k(x, c, rec, o, qw, use_qw, fs):
+    max_scale = np.float32(0.0)
+    max_abs = np.float32(0.0)
+    for j in range(16):
+        scale, iscale = qx_search(x, qw, c + 16 * j, 16, np.float32(0.0), W_DIRECT if use_qw else W_SQUARE,
+                                  np.int64(32))
+        fs[j] = scale
+        fs[16 + j] = iscale
+        if abs(scale) > max_abs:
+            max_abs = abs(scale)
+            max_scale = scale
+    if max_abs < np.float32(1e-15):
+        for k in range(210):
+            rec[o + k] = np.uint8(0)
+        return
+    iscale = np.float32(-128.0) / max_scale
+    put_u16(rec, o + 208, ggml_f16(np.float32(1.0) / iscale))
+    dq = _f16_value(rec, o + 208)
+    for j in range(16):
+        sc = min(np.int64(127), nearest_int(mul_f32(iscale, fs[j])))
+        rec[o + 192 + j] = np.uint8(sc & 0xFF)
+        fs[32 + j] = dq * np.float32(((sc & 0xFF) ^ 0x80) - 0x80)
+    for h in range(2):
+        for k in range(32):
+            base = 128 * h + k
+            q1 = _q6k_code(x, c, base, fs)
+            q2 = _q6k_code(x, c, base + 32, fs)
+            q3 = _q6k_code(x, c, base + 64, fs)
+            q4 = _q6k_code(x, c, base + 96, fs)
+            rec[o + 64 * h + k] = np.uint8(((q1 & 0xF) | ((q3 & 0xF) << 4)) & 0xFF)
+            rec[o + 64 * h + 32 + k] = np.uint8(((q2 & 0xF) | ((q4 & 0xF) << 4)) & 0xFF)
+            rec[o + 128 + 32 * h + k] = np.uint8(((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6))
+                                                 & 0xFF)
+
+
+@element_function
+def kquant_quantize_block(kind, x, c, rec, o, qw, use_qw, fs):
+    """Quantize the 256 floats ``x[c:c + 256]`` into the ``kind`` record at ``rec[o:]`` (``qw`` read at ``c + i``)."""
+    if kind == Q6_K:
+        _q6k(x, c, rec, o, qw, use_qw, fs)
+    else:
+        _kmin(x, c, rec, o, qw, use_qw, np.int64(15) if kind == Q4_K else np.int64(31), fs)
+
+
+@element_function
+def kquant_dequantize_block(kind, rec, o, out, c):
+    """Decode the ``kind`` record at ``rec[o:]`` into ``out[c:c + 256]`` (gguf-py's float32 arithmetic)."""
+    if kind == Q6_K:
+        d = _f16_value(rec, o + 208)
+        for i in range(256):
+            h = i // 128
+            k = i - 128 * h
+            low = (np.int64(rec[o + 64 * h + (k & 63)]) >> (4 if k >= 64 else 0)) & 0xF
+            high = (np.int64(rec[o + 128 + 32 * h + (k & 31)]) >> (2 * (k // 32))) & 3
+            sc = np.float32((np.int64(rec[o + 192 + i // 16]) ^ 0x80) - 0x80)
+            out[c + i] = canonical_f32(mul_f32(d, sc) * np.float32((low | (high << 4)) - 32))
+        return
+    d = _f16_value(rec, o)
+    dmin = _f16_value(rec, o + 2)
+    qo = o + 16 if kind == Q4_K else o + 48
+    for i in range(256):
+        j = i // 32
+        sc, m = _scale_min(rec, o + 4, j)
+        q = (np.int64(rec[qo + 32 * (i // 64) + (i & 31)]) >> (4 * (j & 1))) & 0xF
+        if kind == Q5_K:
+            q |= ((np.int64(rec[o + 16 + (i & 31)]) >> j) & 1) << 4
+        out[c + i] = canonical_f32(mul_f32(mul_f32(d, np.float32(sc)), np.float32(q)) - mul_f32(dmin, np.float32(m)))

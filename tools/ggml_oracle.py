@@ -1,0 +1,108 @@
+"""The C oracle of the GGUF parity tests: ggml's own ``ggml_quantize_chunk``, built from source and called by ctypes.
+
+The source is the llama.cpp tree that the ``llama-cpp-python`` sdist vendors (version
+:data:`SDIST_VERSION`, which vendors ggml-org/llama.cpp@0c1e57098). Only the cmake
+target ``ggml-base`` is built (about 30 s on two cores), with cmake's default flags:
+on x86-64 ``ggml-base`` gets no ``-march``, so the quantizers are compiled for baseline
+SSE2 without FMA contraction. Those are the bytes nbquant's GGUF kernels reproduce.
+
+The sdist, the extracted tree and the build live in a cache folder: ``$NBQUANT_GGML_ORACLE_DIR``
+when set, else a fresh temporary folder (removed by nobody; CI caches nothing). Each
+step is skipped when its output is already there.
+
+Usage::
+
+    python tools/ggml_oracle.py            # build (or find) the library, print its path
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["SDIST_VERSION", "build_library", "GgmlOracle"]
+
+#: The ``llama-cpp-python`` sdist whose vendored llama.cpp is the reference.
+SDIST_VERSION = "0.3.36"
+_NAME = f"llama_cpp_python-{SDIST_VERSION}"
+
+
+def _run(cmd: list[str], cwd: Path) -> None:
+    result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
+                           f"{result.stderr[-3000:]}")
+
+
+def build_library(cache: str | os.PathLike | None = None) -> Path:
+    """Download, extract and build ``libggml-base.so`` into ``cache``; return the library's path.
+
+    Parameters
+    ----------
+    cache : path-like, optional
+        The cache folder (default: ``$NBQUANT_GGML_ORACLE_DIR``, else a new temporary folder).
+    """
+    cache = Path(cache or os.environ.get("NBQUANT_GGML_ORACLE_DIR") or tempfile.mkdtemp(prefix="ggml-oracle-"))
+    cache.mkdir(parents=True, exist_ok=True)
+    library = cache / "build" / "bin" / "libggml-base.so"
+    if library.exists():
+        return library
+    sdist = cache / f"{_NAME}.tar.gz"
+    if not sdist.exists():
+        _run([sys.executable, "-m", "pip", "download", "--no-binary", "llama-cpp-python", "--no-deps",
+              f"llama-cpp-python=={SDIST_VERSION}", "-d", str(cache)], cache)
+    source = cache / _NAME / "vendor" / "llama.cpp"
+    if not source.exists():
+        with tarfile.open(sdist) as tar:
+            tar.extractall(cache, filter="data")
+    _run(["cmake", "-S", str(source), "-B", str(cache / "build"), "-DCMAKE_BUILD_TYPE=Release",
+          "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF",
+          "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF"], cache)
+    _run(["cmake", "--build", str(cache / "build"), "--target", "ggml-base"], cache)
+    return library
+
+
+class GgmlOracle:
+    """ctypes access to ``ggml_quantize_chunk`` of a built ``libggml-base.so``.
+
+    Parameters
+    ----------
+    library : path-like
+        The shared library (from :func:`build_library`).
+    """
+
+    def __init__(self, library: str | os.PathLike) -> None:
+        lib = ctypes.CDLL(str(library))
+        lib.ggml_quantize_chunk.restype = ctypes.c_size_t
+        lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                            ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+        lib.ggml_row_size.restype = ctypes.c_size_t
+        lib.ggml_row_size.argtypes = [ctypes.c_int, ctypes.c_int64]
+        lib.ggml_quantize_init.argtypes = [ctypes.c_int]
+        lib.ggml_quantize_init.restype = None
+        self.lib = lib
+
+    def quantize(self, x: np.ndarray, qtype: int, imatrix: np.ndarray | None = None) -> np.ndarray:
+        """``x`` (rows, n) float32 quantized to ``qtype`` by ggml: uint8 (rows, row bytes)."""
+        x = np.ascontiguousarray(x, np.float32).reshape(-1, np.shape(x)[-1])
+        rows, n = x.shape
+        row_bytes = self.lib.ggml_row_size(int(qtype), n)
+        out = np.zeros((rows, row_bytes), np.uint8)
+        weights = None if imatrix is None else np.ascontiguousarray(imatrix, np.float32)
+        self.lib.ggml_quantize_init(int(qtype))
+        written = self.lib.ggml_quantize_chunk(int(qtype), x.ctypes.data, out.ctypes.data, 0, rows, n,
+                                               None if weights is None else weights.ctypes.data)
+        if written != out.nbytes:
+            raise RuntimeError(f"ggml_quantize_chunk wrote {written} bytes, expected {out.nbytes}")
+        return out
+
+
+if __name__ == "__main__":
+    print(build_library())
