@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -39,6 +40,12 @@ def _run(cmd: list[str], cwd: Path) -> None:
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
                            f"{result.stderr[-3000:]}")
+
+
+def _cmake() -> str:
+    """cmake beside this interpreter (the parity extra's wheel, in a venv that is not activated), else on PATH."""
+    beside = Path(sys.executable).with_name("cmake")
+    return str(beside) if beside.exists() else (shutil.which("cmake") or "cmake")
 
 
 def build_library(cache: str | os.PathLike | None = None) -> Path:
@@ -62,10 +69,11 @@ def build_library(cache: str | os.PathLike | None = None) -> Path:
     if not source.exists():
         with tarfile.open(sdist) as tar:
             tar.extractall(cache, filter="data")
-    _run(["cmake", "-S", str(source), "-B", str(cache / "build"), "-DCMAKE_BUILD_TYPE=Release",
+    _run([_cmake(), "-S", str(source), "-B", str(cache / "build"), "-DCMAKE_BUILD_TYPE=Release",
           "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF",
           "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF"], cache)
-    _run(["cmake", "--build", str(cache / "build"), "--target", "ggml-base"], cache)
+    _run([_cmake(), "--build", str(cache / "build"), "--target", "ggml-base", "--parallel", str(os.cpu_count() or 1)],
+         cache)
     return library
 
 
