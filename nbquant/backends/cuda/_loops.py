@@ -1,4 +1,4 @@
-"""Device-side loop helpers shared by the CUDA kernels: the grid-stride column walk and row coordinates.
+"""Device-side loop frames shared by the CUDA kernels: the grid-stride column walk and row coordinates.
 
 Launch shape of the element kernels: the grid is 2-D. ``blockIdx.y`` walks canonical
 rows ``(p, r)`` in a grid-stride loop, so the scale row is looked up once per row.
@@ -8,6 +8,15 @@ once per thread; every stride then advances it with precomputed ``stride // bc``
 ``stride % bc`` and one compare (:func:`next_block`), so there is no integer division
 per element. All indices are unsigned 64-bit: no 2**31 limit, no sign fix-ups in the
 divisions, and no negative-index wraparound code on every array access.
+
+:func:`column_frame` writes that walk once: it builds, by closure over an operation's
+device functions, the device function that runs the whole walk, so an element-wise
+kernel is its signature and one call (numba freezes a closure's free variables as
+compile-time constants and inlines them, as numba-cuda's ufunc templates inline their
+core, without generating source). The kernel functions themselves stay written out:
+numba-cuda compiles a kernel only with its parameters spelled out (no ``*args``), and a
+module-level kernel keeps the on-disk cache as it was (keyed on the kernel's own file,
+which holds its operation; a closure kernel would be keyed on its pickled cells too).
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-__all__ = ["U0", "U1", "column_walk", "next_block", "row_coords", "rows_of", "thread_start"]
+__all__ = ["U0", "U1", "column_frame", "column_walk", "next_block", "row_coords", "rows_of", "thread_start"]
 
 U0 = np.uint64(0)
 U1 = np.uint64(1)
@@ -67,3 +76,40 @@ def thread_start():
     """This thread's first item and the grid-stride: ``(start, stride)`` along ``blockIdx.x``/``threadIdx.x``."""
     stride = np.uint64(cuda.gridDim.x) * np.uint64(cuda.blockDim.x)
     return np.uint64(cuda.blockIdx.x) * np.uint64(cuda.blockDim.x) + np.uint64(cuda.threadIdx.x), stride
+
+
+def column_frame(layout, views, item):
+    """The walk of an element-wise kernel over (P, R, C) with (bp, br, bc) scale blocks, around one operation.
+
+    The operation is three ``cuda.jit(device=True, inline="always")`` functions over the
+    kernel's arguments ``args`` (a tuple: the kernel's parameters less ``bp, br, bc``):
+
+    * ``layout(args) -> (a, items, k)``: the (P, R, C) array ``a`` whose rows are walked,
+      the work items per row and the columns per item (``U1`` per element; ``8 // bits``
+      for a packed byte, a packed group of float codes);
+    * ``views(args, p, r, sp, sr)``: the row views of canonical row ``(p, r)`` and its
+      scale row ``(sp, sr)``, read once per row;
+    * ``item(args, views, j, k, g, off, bc)``: work item ``j``, which begins at column
+      ``j * k`` in scale block ``g`` at offset ``off``.
+
+    Returns ``walk(bp, br, bc, args)``, a device function for the kernel to call.
+    """
+
+    @cuda.jit(device=True, inline="always")
+    def walk(bp, br, bc, args):
+        a, items, k = layout(args)
+        rows, R = rows_of(a)
+        ubp, ubr, ubc = np.uint64(bp), np.uint64(br), np.uint64(bc)
+        start, stride, g_start, o_start, g_step, o_step = column_walk(k, ubc)
+        row = np.uint64(cuda.blockIdx.y)
+        while row < rows:
+            p, r, sp, sr = row_coords(row, R, ubp, ubr)
+            here = views(args, p, r, sp, sr)
+            j, g, off = start, g_start, o_start
+            while j < items:
+                item(args, here, j, k, g, off, ubc)
+                j += stride
+                g, off = next_block(g, off, g_step, o_step, ubc)
+            row += np.uint64(cuda.gridDim.y)
+
+    return walk
