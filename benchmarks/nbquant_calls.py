@@ -88,7 +88,7 @@ def nbq_max_collect(p: Problem, backend: str | None = None) -> Bench:
     batch's amax, so each call is one steady-state ``collect`` with a result the peers
     can be compared with.
     """
-    cal, x = nbquant.MaxCalibrator(backend=backend), p.src
+    cal, x = nbquant.modelopt.MaxCalibrator(backend=backend), p.src
 
     def run():
         cal.collect(x)
@@ -109,7 +109,7 @@ def nbq_histogram_collect(p: Problem, backend: str | None = None) -> Bench:
     x, bins = p.src, p.kwargs["num_bins"]
 
     def run():
-        cal = nbquant.HistogramCalibrator(bins, backend=backend)
+        cal = nbquant.modelopt.HistogramCalibrator(bins, backend=backend)
         cal.collect(x)
         return cal.histogram
 

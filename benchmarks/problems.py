@@ -251,5 +251,5 @@ def calibration_problem(n: int, rng: np.random.Generator, calibrator: str) -> Pr
     x = _random_input(n, rng)
     kwargs = {"calibrator": calibrator}
     if calibrator == "histogram":
-        kwargs["num_bins"] = nbquant.HistogramCalibrator().num_bins
+        kwargs["num_bins"] = nbquant.modelopt.HistogramCalibrator().num_bins
     return Problem(x, np.empty(1, np.float32), np.ones((1, 1), np.float32), x.shape, (0, 0), kwargs)

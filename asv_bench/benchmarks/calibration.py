@@ -17,10 +17,10 @@ from .common import BACKENDS, SIZES, Device, schemes, shape
 
 #: name -> (calibrator class, constructor keywords); quick mode runs the first two.
 CALIBRATORS = {
-    "max_per_tensor": (nbquant.MaxCalibrator, {}),
-    "histogram": (nbquant.HistogramCalibrator, {}),
-    "max_per_channel_axis0": (nbquant.MaxCalibrator, {"axis": 0}),
-    "max_per_channel_axis1": (nbquant.MaxCalibrator, {"axis": 1}),
+    "max_per_tensor": (nbquant.modelopt.MaxCalibrator, {}),
+    "histogram": (nbquant.modelopt.HistogramCalibrator, {}),
+    "max_per_channel_axis0": (nbquant.modelopt.MaxCalibrator, {"axis": 0}),
+    "max_per_channel_axis1": (nbquant.modelopt.MaxCalibrator, {"axis": 1}),
 }
 #: Elements of the batch whose histogram ``compute_amax`` reads.
 HISTOGRAM_N = 1 << 16
@@ -63,7 +63,7 @@ class ComputeAmax:
     timeout = 300
 
     def setup(self, method):
-        self.cal = nbquant.HistogramCalibrator()
+        self.cal = nbquant.modelopt.HistogramCalibrator()
         self.cal.collect(np.random.default_rng(0).standard_normal(shape(HISTOGRAM_N), dtype=np.float32))
 
     def time_compute_amax(self, method):

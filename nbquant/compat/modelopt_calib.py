@@ -5,8 +5,8 @@
 grow_method=None, skip_zeros=False, torch_hist=True)`` take modelopt's arguments and
 return what modelopt returns: the max calibrator's amax keeps the input's rank (size 1
 on the reduced dims, modelopt's ``keepdims``) and dtype, and ``axis`` names the **kept**
-dims. The numerics are :class:`nbquant.MaxCalibrator` and
-:class:`nbquant.HistogramCalibrator` (whose own names and signatures stay as they are).
+dims. The numerics are :class:`nbquant.modelopt.MaxCalibrator` and
+:class:`nbquant.modelopt.HistogramCalibrator` (whose own names and signatures stay as they are).
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ class HistogramCalibrator(_Calibrator):
         Parameters
         ----------
         method : {"entropy", "mse", "percentile"}
-            As in :meth:`nbquant.HistogramCalibrator.compute_amax`.
+            As in :meth:`nbquant.modelopt.HistogramCalibrator.compute_amax`.
         stride, start_bin : int
             The candidate bins of ``"entropy"`` and ``"mse"``: every ``stride``-th from ``start_bin``.
         percentile : float

@@ -12,7 +12,7 @@ or from a dict of modelopt's ``QuantizerAttributeConfig`` fields (``num_bits``, 
   with the stored ``amax``, or without one a dynamic ``amax`` over the dims not in ``axis``
   (in the input's dtype); static ``block_sizes`` quantize blocks (``{-1: B}``) or tiles along
   several dims (``{-2: B0, -1: B1}``) of the input zero-padded to whole blocks, as
-  :func:`nbquant.fake_tensor_quant` with ``block_size=(B0, B1)``; block sizes
+  :func:`nbquant.modelopt.fake_tensor_quant` with ``block_size=(B0, B1)``; block sizes
   that are all None mean per-channel (``axis``: the other dims); ``"type": "dynamic"`` as
   modelopt's ``dynamic_block_quant``;
 * quantizing, real (``fake_quant=False``): the matching real-quantization tensor of
