@@ -29,7 +29,7 @@ from .formats import FORMATS, GGUFFormat, get_format, implemented_formats
 __all__ = ["quantize", "dequantize", "get_format", "implemented_formats", "GGUFFormat", "FORMATS", "BACKENDS"]
 
 #: The backends that run the GGUF kernels, and the modules holding each one's (32-value blocks, K-quants).
-BACKENDS = {"reference": ("nbquant.backends.reference.gguf", "nbquant.backends.reference.gguf_kquants"),
+BACKENDS = {"reference": ("nbquant.backends.reference.gguf_rows", "nbquant.backends.reference.gguf_rows"),
             "cpu": ("nbquant.backends.cpu.gguf", "nbquant.backends.cpu.gguf"),
             "cuda": ("nbquant.backends.cuda.gguf", "nbquant.backends.cuda.gguf")}
 _FLOATS = (np.float16, np.float32, np.float64)
