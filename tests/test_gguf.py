@@ -40,6 +40,12 @@ GOLDEN = {
     ("Q8_0", False): "a92cca09db1bec2cfd7f0fe020f13103d414e525f73608d919eb2afccd0ddf1ef02faf2702922cbb55e57f0f9e"
                      "38c862f1811bab45d46efe8d28b751e17b0a9a34c45eed",
 }
+GOLDEN.update({
+    ("IQ4_NL", False): "a6acac579b467ab468a0478bc579b4589b46f727d841fb831eb63fd951fc941ec730ea62",
+    ("IQ4_NL", True): "9aacac579b467ab468a0478bc579b4589b460728d851fb831eb63fd952fc941ec730ea62",
+    ("MXFP4", False): "80ac319b4219b320a6310ac219a4209b317e60df750ef74be762cf751df75aef73af",
+})
+GOLDEN[("MXFP4", True)] = GOLDEN[("MXFP4", False)]  # ggml ignores an imatrix for MXFP4
 GOLDEN[("Q8_0", True)] = GOLDEN[("Q8_0", False)]  # ggml ignores an imatrix for Q8_0
 #: A 512-value row (two super-blocks, one all-zero 16-value sub-block) and its importance; the first 32 hex
 #: digits of the SHA-256 of ggml's records.
@@ -51,6 +57,8 @@ GOLDEN_K = {
     ("Q4_K", False): "95eb97797937a77de0854ceb33559cfe", ("Q4_K", True): "fa3054cf351eb1cc11f5f91366f54fa9",
     ("Q5_K", False): "06c06dff29e9b381164681bbf588db74", ("Q5_K", True): "8b3e2b2c56b0b632d3252d2a9a482897",
     ("Q6_K", False): "b07c75ea0a06c1ce797e6fdfad3818f7", ("Q6_K", True): "a630566cb16415dac9f2c1ccf59a8cfa",
+    ("IQ4_XS", False): "97a1843e2a93eacf041eb939862c5b24", ("IQ4_XS", True): "ec95311043c91ff41bddf6292e4cef31",
+    ("Q3_K", False): "5979c09885fb365de1cf9c9228d4bebe", ("Q3_K", True): "4ae7607ad98ec0e2367f6476ef60f020",
 }
 
 
@@ -135,15 +143,18 @@ def test_round_trip_error_is_bounded(name):
     assert q.shape == (4, 3, 2 * gguf.get_format(name).type_size) and q.dtype == np.uint8
     y = gguf.dequantize(q, name)
     assert y.shape == x.shape and y.dtype == np.float32
-    if gguf.get_format(name).block_size == 32:
+    steps = {"Q8_0": 1 / 127, "Q4_0": 1 / 8, "Q5_0": 1 / 16, "Q4_1": 2 / 15, "Q5_1": 2 / 31}
+    if name in steps:
         # within half a step of the block's range; a whole step where Q4_0/Q5_0 clip the far side's extreme
-        step = {"Q8_0": 1 / 127, "Q4_0": 1 / 8, "Q5_0": 1 / 16, "Q4_1": 2 / 15, "Q5_1": 2 / 31}[name]
+        step = steps[name]
         blocks_amax = np.abs(x).reshape(-1, 32).max(axis=1, keepdims=True)
         assert (np.abs(y - x).reshape(-1, 32) <= blocks_amax * step * 1.01).all()
     else:
-        # K-quants: no per-value bound (6-bit sub-block scales, searched minima); each row's relative RMS
-        # error stays below the bits' usual figure (measured 0.075, 0.039, 0.019 on this data)
-        limit = {"Q4_K": 0.09, "Q5_K": 0.045, "Q6_K": 0.022}[name]
+        # K-quants, IQ4 and MXFP4: no per-value bound (6-bit sub-block scales, searched minima, non-linear
+        # grids, power-of-two scales); each row's relative RMS error stays below the bits' usual figure
+        # (measured 0.075, 0.039, 0.019, 0.160, 0.083, 0.079, 0.134 on this data)
+        limit = {"Q4_K": 0.09, "Q5_K": 0.045, "Q6_K": 0.022, "Q3_K": 0.18, "IQ4_NL": 0.095, "IQ4_XS": 0.09,
+                 "MXFP4": 0.15}[name]
         assert (np.sqrt(((y - x) ** 2).mean(axis=-1) / (x**2).mean(axis=-1)) < limit).all()
 
 

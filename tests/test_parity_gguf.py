@@ -22,6 +22,8 @@ from nbquant import gguf
 pytestmark = pytest.mark.parity
 
 FORMATS = gguf.implemented_formats()
+#: The formats gguf-py's ``quantize`` implements.
+GGUF_PY_QUANTIZERS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "MXFP4")
 _ORACLE = Path(__file__).resolve().parents[1] / "tools" / "ggml_oracle.py"
 
 
@@ -121,9 +123,30 @@ def test_dequantize_matches_gguf_py(gguf_py, name):
         assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
 
 
-@pytest.mark.parametrize("name", [f for f in FORMATS if gguf.get_format(f).block_size == 32])
+@pytest.mark.parametrize("name", [f for f in FORMATS if f in GGUF_PY_QUANTIZERS])
 def test_quantize_matches_gguf_py_away_from_signed_zeros(gguf_py, name):
-    """gguf-py's quantizers (it has none for the K-quants) agree with nbquant where no block holds signed zeros."""
+    """gguf-py's quantizers (it has none for the K-quants and IQ4) agree with nbquant where no block holds signed
+    zeros."""
     x = _rows(5, rows=32)
     qtype = gguf_py.GGMLQuantizationType[name]
     assert np.array_equal(gguf.quantize(x, name), gguf_py.quants.quantize(x, qtype))
+
+
+def _mxfp4_exponent_edges() -> np.ndarray:
+    """Blocks whose maximum is one of the 96 float32s at and below each power of two from 2**-148 to FLT_MAX.
+
+    ``floorf(log2f(amax))`` rounds up to the power's exponent for the last few of them
+    (more the farther the exponent is from 0); subnormal maxima included.
+    """
+    top = np.append(np.ldexp(1.0, np.arange(-148, 128)).astype(np.float32), np.float32(np.finfo(np.float32).max))
+    v = np.maximum(top.view(np.int32)[:, None] - np.arange(96)[None, :], 1).astype(np.int32).view(np.float32).ravel()
+    x = v[:, None] * np.random.default_rng(0).uniform(-1, 1, (v.size, 32)).astype(np.float32)
+    x[:, 0] = np.where(np.arange(v.size) % 2, v, -v)
+    return x.astype(np.float32).reshape(-1, 256)
+
+
+def test_mxfp4_exponent_edges_match_c(oracle):
+    x = _mxfp4_exponent_edges()
+    want = oracle.quantize(x, 39)
+    for backend in ("reference", "cpu"):
+        assert _differing_blocks(gguf.quantize(x, "MXFP4", backend=backend), want, 17).tolist() == [], backend

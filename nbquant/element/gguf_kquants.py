@@ -1,4 +1,6 @@
-"""GGUF's 256-element K-quant super-blocks Q4_K, Q5_K and Q6_K: one super-block of floats to one byte record.
+"""GGUF's 256-element super-blocks Q4_K, Q5_K, Q6_K (and Q3_K, IQ4_XS): one super-block to one record.
+
+Q3_K's functions are in :mod:`~nbquant.element.gguf_q3k`, IQ4_XS's in :mod:`~nbquant.element.gguf_iq4`.
 
 The quantize functions follow ggml's ``quantize_row_q{4,5,6}_K_ref`` (no importance
 matrix) and ``quantize_row_q{4,5,6}_K_impl`` (with one), in its float32 arithmetic. They
@@ -20,14 +22,16 @@ import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
 from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16
+from .gguf_iq4 import IQ4_XS, iq4_dequantize_block, iq4_xs_block
+from .gguf_q3k import Q3_K, Q3K_SCRATCH, q3k_dequantize_block, q3k_quantize_block
 from .gguf_search import W_AVX, W_DIRECT, W_SIGMA, W_SQUARE, kx_code, kx_search, qp_search, qx_code, qx_search
 
 __all__ = ["Q4_K", "Q5_K", "Q6_K", "SCRATCH", "kquant_quantize_block", "kquant_dequantize_block"]
 
 #: ggml type ids.
 Q4_K, Q5_K, Q6_K = 12, 13, 14
-#: Scratch floats a quantize call needs.
-SCRATCH = 80
+#: Scratch floats a quantize call needs (Q3_K's codes are the most).
+SCRATCH = Q3K_SCRATCH
 
 
 @element_function
@@ -194,7 +198,11 @@ def _q6k(x, c, rec, o, qw, use_qw, fs):
 @element_function
 def kquant_quantize_block(kind, x, c, rec, o, qw, use_qw, fs):
     """Quantize the 256 floats ``x[c:c + 256]`` into the ``kind`` record at ``rec[o:]`` (``qw`` read at ``c + i``)."""
-    if kind == Q6_K:
+    if kind == IQ4_XS:
+        iq4_xs_block(x, c, rec, o, qw, use_qw, fs)
+    elif kind == Q3_K:
+        q3k_quantize_block(x, c, rec, o, qw, use_qw, fs)
+    elif kind == Q6_K:
         _q6k(x, c, rec, o, qw, use_qw, fs)
     else:
         _kmin(x, c, rec, o, qw, use_qw, np.int64(15) if kind == Q4_K else np.int64(31), fs)
@@ -203,6 +211,12 @@ def kquant_quantize_block(kind, x, c, rec, o, qw, use_qw, fs):
 @element_function
 def kquant_dequantize_block(kind, rec, o, out, c):
     """Decode the ``kind`` record at ``rec[o:]`` into ``out[c:c + 256]`` (gguf-py's float32 arithmetic)."""
+    if kind == IQ4_XS:
+        iq4_dequantize_block(kind, rec, o, out, c)
+        return
+    if kind == Q3_K:
+        q3k_dequantize_block(rec, o, out, c)
+        return
     if kind == Q6_K:
         d = _f16_value(rec, o + 208)
         for i in range(256):

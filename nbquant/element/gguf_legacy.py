@@ -1,4 +1,6 @@
-"""GGUF's 32-element block formats Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1: one block of floats to one byte record.
+"""GGUF's 32-element block formats Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4: one block to one record.
+
+IQ4_NL's functions are in :mod:`~nbquant.element.gguf_iq4`, MXFP4's in :mod:`~nbquant.element.gguf_mxfp4`.
 
 Each quantize function reads ``x[c:c + 32]`` (float32) and writes the block's record at
 ``rec[o:o + size]``, in ggml's float32 arithmetic (sequential, no FMA; see
@@ -26,6 +28,8 @@ import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
 from .gguf_common import get_u16, get_u32, ggml_f16, mul_f32, put_u16, put_u32, round_away, trunc_i64
+from .gguf_iq4 import IQ4_NL, iq4_dequantize_block, iq4_nl_block
+from .gguf_mxfp4 import MXFP4, mxfp4_dequantize_block, mxfp4_quantize_block
 from .gguf_search import W_SIGMA, kx_code, kx_search, qx_code, qx_search
 
 __all__ = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "square_add", "row_sigma2", "legacy_quantize_block",
@@ -157,9 +161,13 @@ def legacy_quantize_block(kind, x, c, rec, o, qw, use_qw, sigma2):
     """Quantize the 32 floats ``x[c:c + 32]`` into the ``kind`` record at ``rec[o:]``.
 
     ``qw`` (the row's importance, read at ``c + j``) and ``sigma2`` are used when
-    ``use_qw`` (Q8_0 ignores them, as ggml does).
+    ``use_qw`` (Q8_0 and MXFP4 ignore them, as ggml does; IQ4_NL weighs with its block's own mean square).
     """
-    if kind == Q8_0:
+    if kind == IQ4_NL:
+        iq4_nl_block(x, c, rec, o, qw, use_qw)
+    elif kind == MXFP4:
+        mxfp4_quantize_block(x, c, rec, o)
+    elif kind == Q8_0:
         _q8_0(x, c, rec, o)
     elif kind == Q4_0 or kind == Q5_0:
         _sym(x, c, rec, o, np.int64(8) if kind == Q4_0 else np.int64(16), qw, use_qw, sigma2)
@@ -170,6 +178,12 @@ def legacy_quantize_block(kind, x, c, rec, o, qw, use_qw, sigma2):
 @element_function
 def legacy_dequantize_block(kind, rec, o, out, c):
     """Decode the ``kind`` record at ``rec[o:]`` into ``out[c:c + 32]`` (gguf-py's float32 arithmetic)."""
+    if kind == IQ4_NL:
+        iq4_dequantize_block(kind, rec, o, out, c)
+        return
+    if kind == MXFP4:
+        mxfp4_dequantize_block(rec, o, out, c)
+        return
     d = load_f32(np.uint16(get_u16(rec, o)))
     if kind == Q8_0:
         for j in range(32):

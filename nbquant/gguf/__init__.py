@@ -28,8 +28,8 @@ from .formats import FORMATS, GGUFFormat, get_format, implemented_formats
 
 __all__ = ["quantize", "dequantize", "get_format", "implemented_formats", "GGUFFormat", "FORMATS", "BACKENDS"]
 
-#: The backends that run the GGUF kernels, and the modules holding each one's (32-value blocks, K-quants).
-BACKENDS = {"reference": ("nbquant.backends.reference.gguf", "nbquant.backends.reference.gguf_kquants"),
+#: The backends that run the GGUF kernels, and the modules holding each one's (32-value blocks, 256-value ones).
+BACKENDS = {"reference": ("nbquant.backends.reference.gguf_rows", "nbquant.backends.reference.gguf_rows"),
             "cpu": ("nbquant.backends.cpu.gguf", "nbquant.backends.cpu.gguf"),
             "cuda": ("nbquant.backends.cuda.gguf", "nbquant.backends.cuda.gguf")}
 _FLOATS = (np.float16, np.float32, np.float64)
@@ -62,13 +62,13 @@ def quantize(x: np.ndarray, qtype, *, imatrix: np.ndarray | None = None, backend
     ----------
     x : numpy.ndarray
         float16, float32 or float64 values (converted to float32 first, as gguf-py and
-        llama.cpp do); the last axis a multiple of the block size (32, or 256 for the K-quants).
+        llama.cpp do); the last axis a multiple of the block size (32, or 256 for the K-quants and IQ4_XS).
     qtype : GGUFFormat, GGMLQuantizationType, int or str
         The format (see :func:`~nbquant.gguf.formats.get_format`).
     imatrix : numpy.ndarray, optional
         Importance of each column: a float32 vector as long as the last axis, finite and
-        not negative (llama.cpp's ``quant_weights``). Q8_0 ignores it, as ggml does.
-        The K-quants take the last axis in super-blocks of 256.
+        not negative (llama.cpp's ``quant_weights``). Q8_0 and MXFP4 ignore it, as ggml does.
+        The 256-value formats take the last axis in super-blocks of 256.
     backend : {"cpu", "reference", "cuda"}
         Where to compute.
 

@@ -1,0 +1,175 @@
+"""GGUF's Q3_K super-block (256 values, 110 bytes): ggml's ``quantize_row_q3_K_ref`` and ``quantize_row_q3_K_impl``.
+
+Sixteen 16-value sub-blocks get 3-bit codes and a 6-bit signed scale each, relative to
+one float16 ``d``. Without an importance matrix each sub-block runs ``make_q3_quants``
+(an iterative refinement of its codes; the codes go to the scratch array, where the
+sub-block's quantized scale ends up 0 they are the ones stored) and ``d`` is
+``max_scale / -32``; with one, each sub-block runs the weighted ``make_qx_quants``
+and the sixteen scales another ``make_qx_quants`` weighted by the sub-blocks' summed
+weights. Record: ``hmask[32]`` (bit ``i // 32`` of byte ``i % 32``: the code's high bit),
+``qs[64]`` (2 low bits, four codes a byte), ``scales[12]`` (6-bit scales, low nibbles in
+bytes 0-7, high pairs in 8-11), ``d``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .bits import canonical_f32, element_function, load_f32
+from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16
+from .gguf_search import W_DIRECT, W_SIGMA, qx_code, qx_search
+
+__all__ = ["Q3_K", "Q3K_SCRATCH", "q3k_quantize_block", "q3k_dequantize_block"]
+
+#: ggml type id.
+Q3_K = 11
+#: Scratch floats: scales [0:16], summed weights [16:32], code iscales [32:48], codes [48:304].
+Q3K_SCRATCH = 304
+_EPS = np.float32(1e-15)
+
+
+@element_function
+def _clamp(v, lo, hi):
+    return max(np.int64(lo), min(np.int64(hi), v))
+
+
+@element_function
+def _q3_quants(x, c, fs, co):
+    """``make_q3_quants(16, 4, x[c:], L, true)``: the scale; the codes (0..7, as floats) into ``fs[co:co + 16]``."""
+    mx = np.float32(0.0)
+    amax = np.float32(0.0)
+    for i in range(16):
+        v = np.float32(x[c + i])
+        if abs(v) > amax:
+            amax = abs(v)
+            mx = v
+    if amax < _EPS:
+        for i in range(16):
+            fs[co + i] = np.float32(0.0)
+        return np.float32(0.0)
+    iscale = np.float32(-4.0) / mx
+    sumlx = np.float32(0.0)
+    suml2 = np.float32(0.0)
+    for i in range(16):
+        v = np.float32(x[c + i])
+        fl = np.float32(_clamp(nearest_int(mul_f32(iscale, v)), -4, 3))
+        fs[co + i] = fl
+        w = mul_f32(v, v)
+        sumlx = sumlx + mul_f32(mul_f32(w, v), fl)
+        suml2 = suml2 + mul_f32(mul_f32(w, fl), fl)
+    for _ in range(5):
+        changed = 0
+        for i in range(16):
+            v = np.float32(x[c + i])
+            w = mul_f32(v, v)
+            fl = np.float32(fs[co + i])
+            slx = sumlx - mul_f32(mul_f32(w, v), fl)
+            if slx > 0:
+                sl2 = suml2 - mul_f32(mul_f32(w, fl), fl)
+                new = np.float32(_clamp(nearest_int(mul_f32(v, sl2) / slx), -4, 3))
+                if new != fl:
+                    slx = slx + mul_f32(mul_f32(w, v), new)
+                    sl2 = sl2 + mul_f32(mul_f32(w, new), new)
+                    if sl2 > 0 and mul_f32(mul_f32(slx, slx), suml2) > mul_f32(mul_f32(sumlx, sumlx), sl2):
+                        fs[co + i] = new
+                        sumlx = slx
+                        suml2 = sl2
+                        changed += 1
+        if changed == 0:
+            break
+    for i in range(16):
+        fs[co + i] = fs[co + i] + np.float32(4.0)
+    return sumlx / suml2 if suml2 > 0 else np.float32(0.0)
+
+
+@element_function
+def _put_scale(rec, so, j, lv):
+    """Store sub-block ``j``'s 6-bit scale code ``lv`` (0..63) in the 12 scale bytes at ``rec[so:]``."""
+    if j < 8:
+        rec[so + j] = np.uint8(lv & 0xF)
+    else:
+        rec[so + j - 8] = np.uint8(np.int64(rec[so + j - 8]) | ((lv & 0xF) << 4))
+    k = so + 8 + (j & 3)
+    rec[k] = np.uint8(np.int64(rec[k]) | (((lv >> 4) & 3) << (2 * (j // 4))))
+
+
+@element_function
+def _get_scale(rec, so, j):
+    """Sub-block ``j``'s signed scale (-32..31) from the 12 scale bytes at ``rec[so:]``."""
+    low = (np.int64(rec[so + j]) & 0xF) if j < 8 else (np.int64(rec[so + j - 8]) >> 4)
+    return (low | (((np.int64(rec[so + 8 + (j & 3)]) >> (2 * (j // 4))) & 3) << 4)) - 32
+
+
+@element_function
+def q3k_quantize_block(x, c, rec, o, qw, use_qw, fs):
+    """Q3_K: the 256 floats ``x[c:c + 256]`` into the 110-byte record at ``rec[o:]`` (``qw`` read at ``c + i``)."""
+    so = o + 96
+    for k in range(12):
+        rec[so + k] = np.uint8(0)
+    if use_qw:
+        s = np.float32(0.0)
+        for i in range(256):
+            v = np.float32(x[c + i])
+            s = s + mul_f32(v, v)
+        sigma2 = mul_f32(np.float32(2.0), s) / np.float32(256.0)
+        for j in range(16):
+            sw = np.float32(0.0)
+            for i in range(16):
+                v = np.float32(x[c + 16 * j + i])
+                sw = sw + mul_f32(np.float32(qw[c + 16 * j + i]), np.float32(math.sqrt(sigma2 + mul_f32(v, v))))
+            fs[16 + j] = sw
+            scale, iscale = qx_search(x, qw, c + 16 * j, 16, sigma2, W_SIGMA, np.int64(4))
+            fs[j] = scale
+            fs[32 + j] = iscale
+        d_block, biscale = qx_search(fs, fs[16:32], 0, 16, np.float32(0.0), W_DIRECT, np.int64(32))
+        for j in range(16):
+            _put_scale(rec, so, j, qx_code(fs, 0, j, np.int64(32), biscale))
+        put_u16(rec, o + 108, ggml_f16(d_block))
+    else:
+        max_scale = np.float32(0.0)
+        amax = np.float32(0.0)
+        for j in range(16):
+            s = _q3_quants(x, c + 16 * j, fs, 48 + 16 * j)
+            fs[j] = s
+            if abs(s) > amax:
+                amax = abs(s)
+                max_scale = s
+        if max_scale != 0:
+            iscale = np.float32(-32.0) / max_scale
+            for j in range(16):
+                lv = nearest_int(mul_f32(iscale, np.float32(fs[j])))
+                lv = ((lv + 128) & 255) - 128  # C stores it in an int8_t first
+                _put_scale(rec, so, j, _clamp(lv, -32, 31) + 32)
+            put_u16(rec, o + 108, ggml_f16(np.float32(1.0) / iscale))
+        else:
+            put_u16(rec, o + 108, ggml_f16(np.float32(0.0)))
+    dq = load_f32(np.uint16(get_u16(rec, o + 108)))
+    for k in range(96):
+        rec[o + k] = np.uint8(0)
+    for i in range(256):
+        j = i // 16
+        d = mul_f32(dq, np.float32(_get_scale(rec, so, j)))
+        if d != 0:
+            q = _clamp(nearest_int(np.float32(x[c + i]) / d), -4, 3) + 4
+        elif use_qw:
+            q = qx_code(x, c + 16 * j, i - 16 * j, np.int64(4), fs[32 + j])
+        else:
+            q = np.int64(fs[48 + i])
+        if q > 3:
+            rec[o + (i & 31)] = np.uint8(np.int64(rec[o + (i & 31)]) | (np.int64(1) << (i // 32)))
+            q -= 4
+        k = 32 + 32 * (i // 128) + (i & 31)
+        rec[o + k] = np.uint8(np.int64(rec[o + k]) | (q << (2 * ((i // 32) & 3))))
+
+
+@element_function
+def q3k_dequantize_block(rec, o, out, c):
+    """Decode the Q3_K record at ``rec[o:]`` into ``out[c:c + 256]`` (gguf-py's float32 arithmetic)."""
+    d = load_f32(np.uint16(get_u16(rec, o + 108)))
+    for i in range(256):
+        dl = d * np.float32(_get_scale(rec, o + 96, i // 16))
+        low = (np.int64(rec[o + 32 + 32 * (i // 128) + (i & 31)]) >> (2 * ((i // 32) & 3))) & 3
+        high = (np.int64(rec[o + (i & 31)]) >> (i // 32)) & 1
+        out[c + i] = canonical_f32(dl * np.float32(low - 4 * (1 - high)))
