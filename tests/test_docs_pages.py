@@ -80,13 +80,14 @@ def test_numpy_inventory_is_up_to_date():
 
 
 def test_cli_reference_names_every_command_and_flag():
-    """docs/reference/cli.md is generated from the parser (docs/_ext/nbquant_cli.py): every subcommand gets a
-    section and every flag a row, whatever is added to nbquant/cli.py later."""
+    """docs/reference/cli.md is generated from the parser (docs/_ext/cli_markdown.py, which imports no Sphinx, so
+    this runs without the docs extra): every subcommand gets a section and every flag a row, whatever is added to
+    nbquant/cli.py later."""
     import argparse
 
     sys.path.insert(0, str(DOCS / "_ext"))
     try:
-        from nbquant_cli import cli_reference
+        from cli_markdown import cli_reference
     finally:
         sys.path.remove(str(DOCS / "_ext"))
     from nbquant.cli import _build_parser
