@@ -8,13 +8,9 @@ once; tests/test_parity_gguf.py checks against the live C build.
 from __future__ import annotations
 
 import hashlib
-import os
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from _background import Job
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -22,7 +18,6 @@ from nbquant import gguf
 from nbquant.compat import gguf as compat
 
 FORMATS = gguf.implemented_formats()
-ROOT = Path(__file__).resolve().parents[1]
 
 #: A 64-value row (two blocks) and its importance, and ggml's records of it.
 GOLDEN_X = ((np.arange(64, dtype=np.float32) * 37 % 64 - 31.5) / 8).astype(np.float32).reshape(1, 64)
@@ -218,37 +213,3 @@ def test_inputs_are_not_modified():
     assert _same(x, x0) and _same(w, w0) and _same(q, q0)
 
 
-_PTX_SCRIPT = """
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("ptx_check", "tools/ptx_check.py")
-mod = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(mod)
-problem = mod.toolkit_problem()
-if problem:
-    print("SKIP:", problem)
-    sys.exit(2)
-from numba import cuda
-from nbquant.backends.cuda.gguf import KERNEL_SIGNATURES
-for kernel, sig in KERNEL_SIGNATURES:
-    ptx, _ = cuda.compile_ptx(kernel.fn, sig.args, cc=(9, 0))
-    print(kernel.name, "f64:", mod.f64_violations(ptx, False), "fma:", ptx.count("fma.rn.f32"))
-"""
-
-
-def _ptx_job(full_tier: bool) -> Job:
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    return Job([sys.executable, "-c", _PTX_SCRIPT], ROOT, env, 1800)
-
-
-@pytest.mark.nosim
-@pytest.mark.background(job=_ptx_job)
-def test_cuda_kernels_compile_to_ptx_without_f64_or_fma(background_result):
-    """Every GGUF kernel compiles for sm_90 with no float64 and no fused multiply-add (ggml's C has none)."""
-    output = background_result.output.strip()
-    if background_result.returncode == 2:
-        pytest.skip(output.splitlines()[-1])
-    assert background_result.returncode == 0, output
-    lines = [line for line in output.splitlines() if " f64: " in line]
-    assert len(lines) == 5, output
-    assert all(line.endswith("f64: [] fma: 0") for line in lines), output

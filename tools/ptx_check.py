@@ -1,16 +1,16 @@
 """Compile every CUDA kernel signature nbquant launches to PTX and SASS, without a GPU.
 
-For each ``(kernel, signature)`` in :func:`nbquant.backends.cuda.runtime.all_signatures` and
-each target architecture, this runs ``numba.cuda.compile_ptx`` (NVVM from the pip
-``nvidia-nvvm`` wheel) and then ``ptxas -arch=sm_XY -v`` from the pip
+Each ``(kernel, signature)`` in :func:`nbquant.backends.cuda.runtime.all_signatures` is typed and
+lowered once (numba-cuda; see :data:`LOWERING_CC`), then NVVM (the pip ``nvidia-nvvm`` wheel) emits
+its PTX for each target architecture and ``ptxas -arch=sm_XY -v`` assembles it, from the pip
 ``nvidia-cuda-nvcc`` wheel of the same CUDA minor (never ``/usr/local/cuda``). It fails
 on any compile error, any ``.f64`` instruction in a float32 path (float64-input kernels
-may only load float64 and convert it to float32), and any register spill, and prints
-the registers each kernel uses.
+may only load float64 and convert it to float32), any fused multiply-add in a GGUF kernel
+and any register spill, and prints the registers each kernel uses.
 
 Usage::
 
-    python tools/ptx_check.py [--arch 75,80,89,90,100,120] [--jobs N]
+    python tools/ptx_check.py [--arch 75,80,89,90,100,120] [--one-per-kernel] [--jobs N]
 
 Exit status 0 when everything passes, 1 on a failure, 2 when the toolkit wheels
 (``pip install 'nbquant[test]'``) are absent.
@@ -77,30 +77,74 @@ def f64_violations(ptx: str, f64_input: bool) -> list[str]:
     return bad
 
 
+#: Kernels whose names start with this must hold no :data:`FMA`: ggml's C rounds each product and sum on its
+#: own, and the GGUF kernels match it bit for bit (NVVM would contract ``a * b + c`` where the code allowed it).
+NO_FMA_PREFIX = "gguf_"
+FMA = "fma.rn.f32"
+
+
+#: The compute capability every signature is lowered at. numba-cuda 0.30's lowering reads the target's compute
+#: capability in two places only (``nvvmutils.declare_atomic_add_float64``: native below 6.0 or not;
+#: ``mathimpl.impl_tanh``: ``tanh.approx`` under fastmath from 7.5), so for every arch from 7.5 up the lowered
+#: LLVM IR is the same and NVVM alone differs per arch: lowering once and running NVVM per arch gives
+#: ``compile_ptx``'s PTX for each arch (checked equal, symbol names aside) for a fifth of the time.
+LOWERING_CC = (7, 5)
+
+
 def _compile_signature(index: int, arches: list[int]):
-    """Worker: PTX of signature ``index`` of ``all_signatures()`` for each arch (or the error)."""
-    from numba import cuda, types
+    """Worker: PTX of signature ``index`` of ``all_signatures()`` for each arch (or the error).
+
+    The signature is typed and lowered once (at :data:`LOWERING_CC`), then NVVM emits each arch's PTX from that
+    module, as ``numba.cuda.compile_ptx`` does after lowering.
+    """
+    from numba import types
+    from numba.cuda.compiler import _compile_pyfunc_with_fixup
 
     from nbquant.backends.cuda import runtime
 
     name, sig = runtime.all_signatures()[index]
     fn = runtime.KERNELS[name].fn
     label = f"{name}({sig.args[0].dtype}->{sig.args[-1].dtype})"
+    f64_input = any(getattr(a, "dtype", None) == types.float64 for a in sig.args)  # e.g. ste's x after grad
+    try:
+        library, _ = _compile_pyfunc_with_fixup(
+            fn, sig.args, debug=False, lineinfo=False, device=False, fastmath=False, cc=LOWERING_CC, opt=True,
+            abi="numba", abi_info=None, forceinline=False, launch_bounds=None, lto=False)
+    except Exception as exc:  # report every failure, then fail
+        return label, f64_input, [(arch, "", f"{type(exc).__name__}: {exc}") for arch in arches]
     per_arch = []
     for arch in arches:
         try:
-            ptx, _ = cuda.compile_ptx(fn, sig.args, cc=(arch // 10, arch % 10))
+            (ptx,) = library.get_asm_strs(cc=(arch // 10, arch % 10))
             per_arch.append((arch, ptx, ""))
-        except Exception as exc:  # report every failure, then fail
+        except Exception as exc:
             per_arch.append((arch, "", f"{type(exc).__name__}: {exc}"))
-    f64_input = any(getattr(a, "dtype", None) == types.float64 for a in sig.args)  # e.g. ste's x after grad
     return label, f64_input, per_arch
+
+
+#: The signature whose PTX is also compiled the direct way (``compile_ptx`` per arch) on every run, to show that
+#: lowering once gives the same PTX (a bfloat16 output: the half-type paths).
+VERIFIED_KERNEL = "nvfp4_dequantize"
+_SYMBOL = re.compile(r"_ZN\w+")
+
+
+def _direct_ptx(index: int, arches: list[int]) -> list[str]:
+    """Worker: ``numba.cuda.compile_ptx`` of signature ``index`` for each arch, symbol names blanked."""
+    from numba import cuda
+
+    from nbquant.backends.cuda import runtime
+
+    name, sig = runtime.all_signatures()[index]
+    return [_SYMBOL.sub("_", cuda.compile_ptx(runtime.KERNELS[name].fn, sig.args, cc=(a // 10, a % 10))[0])
+            for a in arches]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the check; see the module docstring."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", default=",".join(map(str, ARCHES)), help="comma-separated sm numbers")
+    parser.add_argument("--one-per-kernel", action="store_true",
+                        help="only the first signature of each kernel (the default test tier's quick check)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compile processes")
     args = parser.parse_args(argv)
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
@@ -111,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ptx_check: SKIP: {problem}", file=sys.stderr)
         return MISSING
     arches = [int(a) for a in args.arch.split(",") if a]
+    if min(arches, default=75) < LOWERING_CC[0] * 10 + LOWERING_CC[1]:
+        parser.error(f"--arch: the lowest arch checked is sm_75 (kernels are lowered once at it), got {args.arch}")
     ptxas = find_ptxas()
 
     import numba
@@ -127,11 +173,22 @@ def main(argv: list[str] | None = None) -> int:
     jobs = []
     count = len(runtime.all_signatures())
     with tempfile.TemporaryDirectory() as tmp:
-        # NVVM runs per (signature, arch); spread the signatures over processes (numba's compiler is serial).
+        # One lowering per signature, NVVM per arch; spread the signatures over processes (numba's compiler
+        # is serial).
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max(1, min(args.jobs, count)), mp_context=ctx) as pool:
-            compiled = list(pool.map(_compile_signature, range(count), [arches] * count))
-        for index, (label, f64_input, per_arch) in enumerate(compiled):
+            names = [name for name, _ in runtime.all_signatures()]
+            chosen = [i for i in range(count) if not args.one_per_kernel or names.index(names[i]) == i]
+            verified = names.index(VERIFIED_KERNEL) if VERIFIED_KERNEL in names else 0
+            direct = pool.submit(_direct_ptx, verified, arches)
+            compiled = dict(zip(chosen, pool.map(_compile_signature, chosen, [arches] * len(chosen)), strict=True))
+            lowered = [_SYMBOL.sub("_", ptx) for _, ptx, _ in compiled[verified][2]]
+            same = direct.result() == lowered
+            print(f"lowered once, NVVM per arch: {compiled[verified][0]}'s PTX "
+                  f"{'equals' if same else 'DIFFERS from'} compile_ptx's for every arch")
+            if not same:
+                failures.append(f"{compiled[verified][0]}: the PTX of one lowering differs from compile_ptx's")
+        for index, (label, f64_input, per_arch) in compiled.items():
             for arch, ptx, error in per_arch:
                 if error:
                     failures.append(f"{label} sm_{arch}: compile_ptx failed: {error}")
@@ -139,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
                 bad = f64_violations(ptx, f64_input)
                 if bad:
                     failures.append(f"{label} sm_{arch}: {len(bad)} float64 instruction(s), e.g. {bad[:3]}")
+                if label.startswith(NO_FMA_PREFIX) and FMA in ptx:
+                    failures.append(f"{label} sm_{arch}: {ptx.count(FMA)} fused multiply-add(s), which ggml's C "
+                                    "does not contract")
                 path = Path(tmp) / f"k{index}_sm{arch}.ptx"
                 path.write_text(ptx)
                 jobs.append((label, arch, path))
