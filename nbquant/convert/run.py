@@ -26,13 +26,14 @@ import numpy as np
 
 from ..threads import thread_limit
 from .arguments import check_arguments
-from .codecs import Codec, WeightError, codec_for, dequantize_weight, quantize_weight
+from .codecs import Codec, WeightError, dequantize_weight, quantize_weight
 from .destination import STAMP, check_destination, copy_into, prepare_destination
 from .plan import Checkpoint, Item, fused_groups, items, jobs, open_checkpoint
 from .policy import Selection, select
 from .report import Progress, Report, TensorReport, sqnr_db
 from .safetensors import BITS, ConvertError, SafetensorsFile, ShardWriter, layout, sync_dir
 from .schemes import Scheme, quantization_config
+from .sources import Decoded, DecodedFile, codec_of, decoded_names, encode, open_source
 
 __all__ = ["convert", "Job", "STAMP", "CHECK_ELEMENTS"]
 
@@ -101,17 +102,21 @@ class Job:
     @cached_property
     def codec(self) -> Codec:
         """The codec of :attr:`scheme`'s format."""
-        return codec_for(self.scheme)
+        return codec_of(self.scheme)
 
 
 def _plan(ckpt: Checkpoint, codec: Codec, ignore: list[str],
           default_ignore: bool) -> tuple[dict[str, ShardPlan], Selection]:
     """Every output shard, planned, and what is kept: every bad weight or ignore pattern raises here, before
-    anything is written."""
+    anything is written. A BF16/F16/F32 scheme writes the decoded weights of a quantized source, and keeps the rest."""
     cut = {shard: [(name, items(name, ckpt.shards[ckpt.weight_map[name]].entries[name].shape)) for name in names]
            for shard, names in jobs(ckpt, fused=codec.fused).items()}
     sel = select(ckpt.config, {i.name: i.shape for job in cut.values() for _, its in job for i in its}, ignore,
                  default_ignore)
+    decoded = decoded_names(ckpt)
+    if codec.format == "dense":
+        sel.kept = {i.name: sel.kept.get(i.name, "not quantized in the source") for job in cut.values()
+                    for _, its in job for i in its if i.name not in decoded}
     plans = {}
     for shard, job in cut.items():
         entries, quantized, shard_items = [], {}, []
@@ -193,11 +198,15 @@ def _warm_up(codec: Codec, dtypes: set) -> threading.Thread:
 
 
 def _copy_kept(writer: ShardWriter, plan: ShardPlan, progress: Progress) -> None:
-    """Copy the tensors a shard keeps as they are (file to file, outside the interpreter lock)."""
+    """Copy the tensors a shard keeps as they are (file to file, outside the interpreter lock); a decoded weight of a
+    quantized source is written decoded."""
     for item in plan.items:
         if item.name not in plan.quantized:
             f, e = plan.sources[item.source], plan.entry(item)
-            writer.copy(item.name, f.path, item.offset(e.begin, BITS[e.dtype], e.shape))
+            if isinstance(f, DecodedFile) and item.source in f.decoded:
+                writer.write(item.name, np.asarray(f.tensor(item.source)))
+            else:
+                writer.copy(item.name, f.path, item.offset(e.begin, BITS[e.dtype], e.shape))
             progress.update(plan.nbytes(item))
 
 
@@ -219,7 +228,8 @@ def _prepare(plan: ShardPlan, codec: Codec, todo: list[Item]) -> dict:
     for group in fused_groups(i.name for i in plan.items):
         members = {n: by_name[n] for n in group if n in by_name}
         try:
-            prepared.update(codec.prepare({n: _load(plan, i) for n, i in members.items()}) if members else {})
+            prepared.update(codec.prepare({n: np.asarray(_load(plan, i)) for n, i in members.items()})
+                            if members else {})
         except WeightError as e:
             raise _in_file(plan, members[e.tensor], e) from None
     return prepared
@@ -230,13 +240,20 @@ def _quantize_shard(writer: ShardWriter, plan: ShardPlan, codec: Codec, report: 
     """Quantize and write the weights of one shard, one at a time (a fused codec prepares each fused set first).
 
     ``buffer`` (uint8, at least the largest weight's element count) receives the codes of each weight in turn.
+    A decoded weight of a quantized source is re-encoded exactly where ``codec`` holds its codes and scales
+    (:func:`nbquant.convert.sources.encode`), else decoded and quantized; its report says which.
     """
     todo = [item for item in plan.items if item.name in plan.quantized]
     prepared = _prepare(plan, codec, todo) if codec.fused else {}
     for item in todo:
         x = _load(plan, item)
+        out = encode(x, codec)
+        how = "" if not isinstance(x, Decoded) else "exact" if out is not None else \
+            "decoded" if codec.format == "dense" else "requantized"
         try:
-            out = quantize_weight(x, codec, item.name, buffer, prepared.pop(item.name, None))
+            if out is None:
+                x = np.asarray(x)
+                out = quantize_weight(x, codec, item.name, buffer, prepared.pop(item.name, None))
         except ConvertError as e:
             raise _in_file(plan, item, e) from None
         for suffix, arr in out.items():
@@ -244,6 +261,7 @@ def _quantize_shard(writer: ShardWriter, plan: ShardPlan, codec: Codec, report: 
         report.quantized.append(_check(item.name, x, out, codec, check[1]) if check[0] else
                                 TensorReport(item.name, codec.scheme.name, item.shape, str(x.dtype), math.nan,
                                              math.nan, 0))
+        report.quantized[-1].encoding = how
         del x, out
         progress.update(plan.nbytes(item))
 
@@ -363,7 +381,8 @@ def convert(
         scheduler=scheduler)  # all of them, before anything is read
     job = Job(src, dst, preset, str(scheme), ignore, default_ignore, check, full_check, overwrite, progress,
               log or (lambda line: None), scheduler, workers)
-    ckpt = open_checkpoint(os.path.abspath(src) if scheduler else src)  # the workers' cwd is not ours
+    ckpt = open_checkpoint(os.path.abspath(src) if scheduler else src, quantized=True)  # the workers' cwd is not ours
+    ckpt = open_source(ckpt, preset)  # a quantized source: its quantized modules become decoded weights
     check_destination(dst, ckpt.roots)
     plans, sel = _plan(ckpt, job.codec, job.ignore, job.default_ignore)
     dtypes = {plan.entry(i).numpy_dtype for plan in plans.values() for i in plan.items if i.name in plan.quantized}
@@ -424,8 +443,8 @@ def _run(job: Job, ckpt: Checkpoint, plans: dict[str, ShardPlan], sel: Selection
     rep.shards = list(plans)
     rep.bytes_in = ckpt.total_bytes
     quantized = any(plan.quantized for plan in plans.values())
-    config = dict(ckpt.config, quantization_config=quantization_config(job.group_name, job.scheme, sel.ignore,
-                                                                           quantized))
+    config = dict(ckpt.config) if job.scheme.kind == "dense" else \
+        dict(ckpt.config, quantization_config=quantization_config(job.group_name, job.scheme, sel.ignore, quantized))
     index = {"metadata": {"total_size": rep.bytes_out}, "weight_map": weight_map}
     _write_text(os.path.join(dst, ckpt.index_name), json.dumps(index, indent=2, sort_keys=True))
     _write_text(os.path.join(dst, "config.json"), json.dumps(config, indent=2, sort_keys=True))
