@@ -109,7 +109,8 @@ def test_exact_reencodings_are_lossless(quantized, tmp_path, source, target):
     assert {n: raw(v) for n, v in a.items()} == {n: raw(v) for n, v in b.items()}
     if (get_scheme(source).format, get_scheme(source).weights) == (get_scheme(target).format,
                                                                   get_scheme(target).weights):  # the very tensors
-        assert {n: raw(v) for n, v in tensors_of(src).items()} == {n: raw(v) for n, v in tensors_of(tmp_path / "t").items()}
+        target_tensors = tensors_of(tmp_path / "t")
+        assert {n: raw(v) for n, v in tensors_of(src).items()} == {n: raw(v) for n, v in target_tensors.items()}
 
 
 def test_requantized_equals_quantizing_the_decoded_checkpoint(plain, tmp_path):
@@ -219,7 +220,8 @@ def test_per_tensor_fp8_is_exact_in_per_channel_and_block(tmp_path, target):
     assert {q.encoding for q in r.quantized} == {"exact"}
     out = tensors_of(tmp_path / "t")
     assert "model.layers.0.mlp.up_proj.input_scale" not in out
-    assert set(out["model.layers.0.mlp.up_proj.weight_scale"].ravel().tolist()) == {float(np.float32(BF16.type(0.0123)))}
+    scales = out["model.layers.0.mlp.up_proj.weight_scale"]
+    assert set(scales.ravel().tolist()) == {float(np.float32(BF16.type(0.0123)))}
     a, b = _bf16(src, tmp_path, "a"), _bf16(tmp_path / "t", tmp_path, "b")
     assert raw(a["model.layers.0.mlp.up_proj.weight"]) == raw(b["model.layers.0.mlp.up_proj.weight"])
 

@@ -115,7 +115,8 @@ def format_table(report: Report) -> str:
     >>> format_table(r).splitlines()[-1]
     'kept as they are: 3 tensor(s): MoE router: l.0.mlp.gate.weight, l.1.mlp.gate.weight and 1 more'
     """
-    rows = [(t.name, f"{t.scheme} {t.encoding}".rstrip(), "x".join(map(str, t.shape)), f"{t.sqnr_db:.2f}", f"{t.max_abs_err:.4g}")
+    rows = [(t.name, f"{t.scheme} {t.encoding}".rstrip(), "x".join(map(str, t.shape)), f"{t.sqnr_db:.2f}",
+             f"{t.max_abs_err:.4g}")
             for t in report.quantized]
     head = ("tensor", "scheme", "shape", "SQNR dB", "max abs err")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]

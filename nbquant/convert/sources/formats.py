@@ -30,7 +30,6 @@ Examples
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -175,7 +174,8 @@ def compressed_tensors_format(key: str, group: Mapping[str, Any], where: str,
             "block_structure": block}
     scheme = Scheme(str(key), _KIND[fmt], bits, strategy, fmt, args, gs, symmetric,
                     fmt in ("pack-quantized", "nvfp4-pack-quantized", "mxfp4-pack-quantized"))
-    detail = {"tensor": " per tensor", "channel": " per channel", "block": f" block {block and 'x'.join(map(str, block))}"}
+    detail = {"tensor": " per tensor", "channel": " per channel",
+              "block": f" block {block and 'x'.join(map(str, block))}"}
     name = f"int{bits}" if type_ == "int" else {"float-quantized": "fp8"}.get(fmt, "")
     label = " ".join(p for p in ("compressed-tensors", fmt, name) if p)
     label += f" g{gs}" if gs and fmt in ("pack-quantized", "int-quantized") else detail.get(strategy, "")
@@ -232,7 +232,3 @@ def packed_columns(fmt: SourceFormat, columns: int) -> int:
     """The weight's K from the codes' columns (packed e2m1: two per byte); pack-quantized reads ``weight_shape``."""
     return columns * 2 if fmt.scheme.kind in ("nvfp4", "mx") and fmt.scheme.packed else columns
 
-
-def grid(shape: tuple[int, int], block: tuple[int, int]) -> tuple[int, int]:
-    """The scale grid of ``block`` blocks over ``shape`` (partial blocks at the edges)."""
-    return math.ceil(shape[0] / block[0]), math.ceil(shape[1] / block[1])

@@ -21,8 +21,15 @@ from ..safetensors import ConvertError, SafetensorsFile, TensorEntry, dtype_name
 from ..schemes import Scheme
 from .dense import DENSE_DTYPES
 from .exact import exact_dtype
-from .formats import (CONSUMED, FLOAT_DTYPES, SourceFormat, compressed_tensors_format, fp8_block_format,
-                      matching_group, packed_columns)
+from .formats import (
+    CONSUMED,
+    FLOAT_DTYPES,
+    SourceFormat,
+    compressed_tensors_format,
+    fp8_block_format,
+    matching_group,
+    packed_columns,
+)
 
 __all__ = ["Decoded", "DecodedFile", "open_source", "decoded_names"]
 
