@@ -1,4 +1,4 @@
-"""``nbquant convert SRC DST --scheme BF16`` of quantized checkpoints against each ecosystem's own decoder (parity tier).
+"""``nbquant convert SRC DST --scheme BF16`` of quantized checkpoints against their own decoders (parity tier).
 
 * compressed-tensors: every format nbquant writes (and a per-tensor FP8 checkpoint), the BF16
   output byte for byte against compressed-tensors 0.19's ``decompress`` of each module, with the

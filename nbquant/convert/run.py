@@ -182,11 +182,17 @@ def _check(name: str, x: np.ndarray, out: dict, codec: Codec, full: bool) -> Ten
     return TensorReport(name, codec.scheme.name, (n, k), str(x.dtype), sqnr_db(signal, noise), worst, rows)
 
 
-def _warm_up(codec: Codec, dtypes: set) -> threading.Thread:
-    """Load the kernels ``codec`` uses (Numba's import and cache load, ~0.4 s) on a thread, while files are copied."""
+def _warm_up(codec: Codec, dtypes: set, decoded: Decoded | None = None) -> threading.Thread:
+    """Load the kernels ``codec`` uses (Numba's import and cache load, ~0.4 s) on a thread, while files are copied;
+    with ``decoded`` (a weight of a quantized source), its decoder's too (one row decoded)."""
     k = codec.scheme.group_size or 128
 
     def run() -> None:
+        if decoded is not None:
+            try:
+                decoded[0:1]
+            except Exception:  # noqa: BLE001 - the real call reports any error
+                pass
         for h in dtypes:
             try:
                 quantize_weight(np.ones((2, k), h), codec)
@@ -387,7 +393,9 @@ def convert(
     plans, sel = _plan(ckpt, job.codec, job.ignore, job.default_ignore)
     dtypes = {plan.entry(i).numpy_dtype for plan in plans.values() for i in plan.items if i.name in plan.quantized}
     # Numba's import and cache load (~0.3 s) run while the files are prepared (on a cluster: in the workers)
-    warm = _warm_up(job.codec, dtypes) if scheduler is None else None
+    sample = next((_load(p, i) for p in plans.values() for i in p.items
+                   if isinstance(p.sources[i.source], DecodedFile) and i.source in p.sources[i.source].decoded), None)
+    warm = _warm_up(job.codec, dtypes, sample) if scheduler is None else None
     try:
         with thread_limit(None if job.scheduler else job.workers):  # this call's kernels only
             stamp = _stamp(ckpt, job.group_name, job.ignore, job.default_ignore)
