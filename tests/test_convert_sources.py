@@ -291,3 +291,109 @@ def test_cli_reports_a_broken_config_on_one_line(quantized, tmp_path):
     assert proc.returncode == 1
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert "num_bits 5 is not supported" in proc.stderr
+
+
+def test_on_a_cluster_same_bytes_as_a_local_run(quantized, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    import logging
+
+    src = quantized("W8A8")
+    with distributed.LocalCluster(n_workers=1, processes=True, threads_per_worker=1, dashboard_address=None,
+                                  silence_logs=logging.ERROR) as cluster:
+        for target in ("BF16", "W8A16", "W4A16"):
+            local = convert(src, tmp_path / f"local-{target}", target, progress=False)
+            remote = convert(src, tmp_path / f"remote-{target}", target, progress=False,
+                             scheduler=cluster.scheduler_address)
+            assert [t.encoding for t in remote.quantized] == [t.encoding for t in local.quantized]
+            for f in sorted(os.listdir(tmp_path / f"local-{target}")):
+                assert (tmp_path / f"local-{target}" / f).read_bytes() == \
+                    (tmp_path / f"remote-{target}" / f).read_bytes(), (target, f)
+
+
+def test_interrupted_run_resumes(quantized, tmp_path, monkeypatch):
+    from nbquant.convert import run as run_module
+
+    src = quantized("FP8_DYNAMIC")
+    convert(src, tmp_path / "clean", "BF16", progress=False)
+    calls = {"n": 0}
+    original = run_module.quantize_weight
+
+    def interrupted(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+    monkeypatch.setattr(run_module, "quantize_weight", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        convert(src, tmp_path / "dst", "BF16", progress=False)
+    monkeypatch.undo()
+    finished = [f for f in os.listdir(tmp_path / "dst") if f.endswith(".safetensors")]
+    r = convert(src, tmp_path / "dst", "BF16", progress=False)
+    assert sorted(r.resumed_shards) == sorted(finished)
+    assert sorted(os.listdir(tmp_path / "dst")) == sorted(os.listdir(tmp_path / "clean"))
+    for f in os.listdir(tmp_path / "clean"):
+        assert (tmp_path / "dst" / f).read_bytes() == (tmp_path / "clean" / f).read_bytes(), f
+
+
+# --- modelopt exports (hf_quant_config.json) ----------------------------------------------------------------------
+
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], np.float32)
+
+
+def modelopt_nvfp4(folder, shape=(64, 96), in_config=False) -> tuple[str, dict]:
+    rng = np.random.default_rng(11)
+    n, k = shape
+    scales = rng.integers(0x08, 0x70, (n, k // 16), dtype=np.uint8).view(E4M3)
+    t = {"model.layers.0.mlp.up_proj.weight": rng.integers(0, 256, (n, k // 2), dtype=np.uint8),
+         "model.layers.0.mlp.up_proj.weight_scale": scales,
+         "model.layers.0.mlp.up_proj.weight_scale_2": np.array(0.000123, np.float32).reshape(()),
+         "model.layers.0.mlp.up_proj.input_scale": np.array(0.5, np.float32).reshape(()),
+         "lm_head.weight": np.ones((8, 64), BF16)}
+    q = {"quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head"], "kv_cache_quant_algo": None}
+    if in_config:
+        _write(folder, t, dict(q, quant_method="modelopt"))
+    else:
+        _write(folder, t, {})
+        config = json.loads(open(os.path.join(folder, "config.json")).read())
+        del config["quantization_config"]
+        open(os.path.join(folder, "config.json"), "w").write(json.dumps(config))
+        open(os.path.join(folder, "hf_quant_config.json"), "w").write(json.dumps(
+            {"producer": {"name": "modelopt", "version": "0.39.0"}, "quantization": q}))
+    return str(folder), t
+
+
+def modelopt_nvfp4_decode(codes: np.ndarray, scale: np.ndarray, s2: np.float32) -> np.ndarray:
+    """modelopt's ``NVFP4QTensor.dequantize``: e2m1 value times ``fl32(scale * scale_2)`` in float32, then bf16."""
+    v = np.stack([E2M1[codes & 0xF], E2M1[codes >> 4]], axis=-1).reshape(codes.shape[0], -1)
+    d = scale.astype(np.float32) * np.float32(s2)
+    return (v.reshape(v.shape[0], -1, 16) * d[..., None]).reshape(v.shape).astype(BF16)
+
+
+@pytest.mark.parametrize("in_config", [False, True])
+def test_modelopt_nvfp4_to_bf16(tmp_path, in_config):
+    src, t = modelopt_nvfp4(tmp_path / "mo", in_config=in_config)
+    r = convert(src, tmp_path / "out", "BF16", progress=False)
+    out = tensors_of(tmp_path / "out")
+    m = "model.layers.0.mlp.up_proj"
+    assert sorted(out) == ["lm_head.weight", m + ".weight"]
+    want = modelopt_nvfp4_decode(t[m + ".weight"], t[m + ".weight_scale"], t[m + ".weight_scale_2"])
+    assert raw(out[m + ".weight"]) == raw(want)
+    assert "hf_quant_config.json" not in os.listdir(tmp_path / "out") and [q.encoding for q in r.quantized] == \
+        ["decoded"]
+    r = convert(src, tmp_path / "nv", "NVFP4A16", progress=False)  # compressed-tensors divides: re-quantized
+    assert [q.encoding for q in r.quantized] == ["requantized"]
+
+
+def test_modelopt_fp8_rounds_the_scale_to_the_model_dtype(tmp_path):
+    rng = np.random.default_rng(2)
+    t = {"model.layers.0.mlp.up_proj.weight": _fp8_codes(rng, (64, 128)),
+         "model.layers.0.mlp.up_proj.weight_scale": np.array(0.0123456, np.float32).reshape(())}
+    src = _write(tmp_path / "fp8", t, {"quant_method": "modelopt", "quant_algo": "FP8"})
+    convert(src, tmp_path / "out", "BF16", progress=False)
+    w = tensors_of(tmp_path / "out")["model.layers.0.mlp.up_proj.weight"]
+    s = t["model.layers.0.mlp.up_proj.weight_scale"].astype(BF16).astype(np.float32)
+    assert raw(w) == raw((t["model.layers.0.mlp.up_proj.weight"].astype(np.float32) * s).astype(BF16))
+    r = convert(src, tmp_path / "dyn", "FP8_DYNAMIC", progress=False)
+    assert [q.encoding for q in r.quantized] == ["exact"]
+    assert raw(tensors_of(tmp_path / "dyn")["model.layers.0.mlp.up_proj.weight_scale"]) == raw(
+        np.full((64, 1), s[()], BF16))

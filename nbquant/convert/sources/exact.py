@@ -48,7 +48,7 @@ _ARGS = ("num_bits", "type", "strategy", "group_size", "symmetric", "block_struc
 
 def _same(fmt: SourceFormat, target: Scheme) -> bool:
     a, b = fmt.scheme.weights, target.weights
-    return fmt.scheme.format == target.format and fmt.scale == "weight_scale" and \
+    return fmt.native and fmt.scheme.format == target.format and \
         all(a.get(k) == b.get(k) for k in _ARGS)
 
 
@@ -134,6 +134,8 @@ def reencode(fmt: SourceFormat, t: Mapping[str, np.ndarray], shape: tuple[int, i
     want = target.entries(shape, dtype)
     if _same(fmt, s):
         out = {k: np.asarray(t[k]) for k, _, _ in want}
+        if "weight_shape" in out:
+            out["weight_shape"] = np.array(shape, np.int64)
     elif _fp8(fmt, s):
         out = {"weight": np.asarray(t["weight"]), "weight_scale": _scale_grid(fmt, t["weight_scale"], shape, s)}
     elif _int(fmt, s):

@@ -51,7 +51,8 @@ FLOAT_DTYPES = {"BF16": BF16, "F16": np.dtype(np.float16), "F32": np.dtype(np.fl
 #: The suffixes of a quantized module's tensors that its decoded weight replaces (activation and KV scales too:
 #: neither a plain checkpoint nor a re-quantized one keeps the source's activation quantization).
 CONSUMED = ("weight", "weight_packed", "weight_scale", "weight_scale_inv", "weight_zero_point", "weight_shape",
-            "weight_global_scale", "input_scale", "input_global_scale", "input_zero_point", "output_scale")
+            "weight_global_scale", "weight_scale_2", "input_scale", "input_global_scale", "input_zero_point",
+            "output_scale")
 #: compressed-tensors formats read, and the ``QuantizationArgs`` each accepts: (type, bits, strategies).
 _CT_FORMATS: dict[str, tuple[str, tuple[int, ...], tuple[str, ...]]] = {
     "pack-quantized": ("int", (2, 4, 8), ("group", "channel", "tensor")),
@@ -76,37 +77,67 @@ class SourceFormat:
         For messages and the report (``compressed-tensors pack-quantized int4 g128``).
     scheme : Scheme
         The source's arguments as a :class:`~nbquant.convert.schemes.Scheme`; its codec decodes.
-    scale : str
-        The suffix of the scales (``weight_scale``, or ``weight_scale_inv``).
+    renames : tuple of (str, str)
+        ``(source suffix, codec suffix)`` where the source names a tensor otherwise
+        (``weight_scale_inv`` → ``weight_scale``); empty for compressed-tensors' own layout.
     dtype : numpy.dtype or None
         The dtype the ecosystem's decoder gives (None: the scales' own dtype).
+    codec_class : type or None
+        A codec class decoding otherwise than the scheme's format (modelopt's NVFP4 scale product).
+    scale_in_dtype : bool
+        The decoder rounds the scales to :attr:`dtype` before the product (modelopt's FP8).
     """
 
     label: str
     scheme: Scheme
-    scale: str = "weight_scale"
+    renames: tuple[tuple[str, str], ...] = ()
     dtype: np.dtype | None = None
+    codec_class: type | None = None
+    scale_in_dtype: bool = False
 
     @cached_property
     def codec(self) -> Codec:
-        """The codec of :attr:`scheme` (its ``dequantize`` is the decoder)."""
-        return codec_for(self.scheme)
+        """The codec whose ``dequantize`` is the decoder."""
+        return self.codec_class(self.scheme) if self.codec_class else codec_for(self.scheme)
+
+    @property
+    def native(self) -> bool:
+        """Stored and decoded as compressed-tensors stores and decodes :attr:`scheme`."""
+        return not self.renames and self.codec_class is None and not self.scale_in_dtype
 
     @property
     def per_tensor(self) -> bool:
         """One scale for the whole weight."""
         return self.scheme.strategy == "tensor"
 
+    def source_suffix(self, suffix: str) -> str:
+        """The source's name of the codec's tensor ``suffix``."""
+        return next((src for src, mine in self.renames if mine == suffix), suffix)
+
     @property
     def codes(self) -> str:
-        """The suffix of the codes."""
-        return "weight_packed" if self.scheme.packed else "weight"
+        """The suffix of the codes in the source."""
+        return self.source_suffix("weight_packed" if self.scheme.packed else "weight")
+
+    @property
+    def scale(self) -> str:
+        """The suffix of the scales in the source."""
+        return self.source_suffix("weight_scale")
+
+    def scalar(self, suffix: str) -> bool:
+        """Whether the source tensor ``suffix`` holds one value (any shape of one element is read)."""
+        return (suffix == self.scale and self.per_tensor) or self.source_suffix("weight_global_scale") == suffix
 
     def tensors(self, found: Mapping[str, np.ndarray], shape: tuple[int, int]) -> dict[str, np.ndarray]:
-        """The module's tensors under the codec's suffixes: the scales renamed, one per-tensor scale per row."""
-        t = {k: v for k, v in found.items() if k in CONSUMED[:7]}
-        s = t.pop(self.scale)
+        """The module's tensors under the codec's suffixes: renamed, one per-tensor scale per row."""
+        names = dict(self.renames)
+        t = {names.get(k, k): v for k, v in found.items() if k in CONSUMED[:8]}
+        s = t["weight_scale"]
+        if self.scale_in_dtype:
+            s = np.asarray(s).astype(self.dtype)
         t["weight_scale"] = np.broadcast_to(np.asarray(s).reshape(1, 1), (shape[0], 1)) if self.per_tensor else s
+        if "weight_global_scale" in t:
+            t["weight_global_scale"] = np.asarray(t["weight_global_scale"]).reshape(1)
         return t
 
     def decode(self, tensors: Mapping[str, np.ndarray], dtype: np.dtype, rows: slice = slice(None)) -> np.ndarray:
@@ -114,11 +145,8 @@ class SourceFormat:
         return self.codec.dequantize(tensors, np.dtype(dtype), rows)
 
     def expected(self, shape: tuple[int, int], scale_dtype: np.dtype) -> dict[str, tuple[str, tuple[int, ...]]]:
-        """Suffix → (safetensors dtype, shape) the source must hold for a weight of ``shape``."""
-        out = {suffix: (dt, tuple(s)) for suffix, dt, s in self.codec.entries(shape, scale_dtype)}
-        if self.scale != "weight_scale":
-            out[self.scale] = out.pop("weight_scale")
-        return out
+        """Source suffix → (safetensors dtype, shape) the source must hold for a weight of ``shape``."""
+        return {self.source_suffix(suffix): (dt, tuple(s)) for suffix, dt, s in self.codec.entries(shape, scale_dtype)}
 
 
 def _bad(where: str, field: str, value: object, allowed: str) -> ConvertError:
@@ -180,7 +208,7 @@ def compressed_tensors_format(key: str, group: Mapping[str, Any], where: str,
     label = " ".join(p for p in ("compressed-tensors", fmt, name) if p)
     label += f" g{gs}" if gs and fmt in ("pack-quantized", "int-quantized") else detail.get(strategy, "")
     label += "" if symmetric else " asymmetric"
-    return SourceFormat(label, scheme, "weight_scale", BF16 if _KIND[fmt] in ("nvfp4", "mx") else None)
+    return SourceFormat(label, scheme, (), BF16 if _KIND[fmt] in ("nvfp4", "mx") else None)
 
 
 def fp8_block_format(qc: Mapping[str, Any], where: str) -> SourceFormat:
@@ -195,7 +223,8 @@ def fp8_block_format(qc: Mapping[str, Any], where: str) -> SourceFormat:
     args = {"num_bits": 8, "type": "float", "strategy": "block", "group_size": None, "symmetric": True,
             "block_structure": list(block)}
     scheme = Scheme("FP8_BLOCK_SOURCE", "fp8", 8, "block", "float-quantized", args)
-    return SourceFormat(f"fp8 block {block[0]}x{block[1]} (weight_scale_inv)", scheme, "weight_scale_inv", BF16)
+    return SourceFormat(f"fp8 block {block[0]}x{block[1]} (weight_scale_inv)", scheme,
+                        (("weight_scale_inv", "weight_scale"),), BF16)
 
 
 def matching_group(module: str, groups: Mapping[str, Mapping[str, Any]]) -> str | None:

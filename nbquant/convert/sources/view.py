@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..plan import Checkpoint
+from ..plan import Checkpoint, _load_json
 from ..safetensors import ConvertError, SafetensorsFile, TensorEntry, dtype_name
 from ..schemes import Scheme
 from .dense import DENSE_DTYPES
@@ -30,8 +30,12 @@ from .formats import (
     matching_group,
     packed_columns,
 )
+from .modelopt import modelopt_format
 
-__all__ = ["Decoded", "DecodedFile", "open_source", "decoded_names"]
+__all__ = ["Decoded", "DecodedFile", "open_source", "decoded_names", "HF_QUANT_CONFIG"]
+
+#: modelopt's export config, beside ``config.json``: read to detect the format, not copied.
+HF_QUANT_CONFIG = "hf_quant_config.json"
 
 
 class Decoded:
@@ -95,17 +99,18 @@ def decoded_names(ckpt: Checkpoint) -> set[str]:
     return {n for f in ckpt.shards.values() if isinstance(f, DecodedFile) for n in f.decoded}
 
 
-def _formats(qc: Any, where: str, modules: list[str]) -> dict[str, SourceFormat]:
+def _formats(qc: Any, where: str, modules: list[str], config: Mapping) -> dict[str, SourceFormat]:
     """Module → its :class:`SourceFormat`, from the ``quantization_config`` ``qc``."""
     if not isinstance(qc, Mapping):
         raise ConvertError(f"{where}: quantization_config is not a JSON object: {qc!r}")
     method = qc.get("quant_method")
     if method == "fp8":
-        fmt = fp8_block_format(qc, where)
-        return dict.fromkeys(modules, fmt)
+        return dict.fromkeys(modules, fp8_block_format(qc, where))
+    if method == "modelopt":
+        return dict.fromkeys(modules, modelopt_format(qc, where, config))
     if method != "compressed-tensors":
         raise ConvertError(f"{where}: quantization_config.quant_method {method!r} is not supported (nbquant reads "
-                           "compressed-tensors and fp8 checkpoints)")
+                           "compressed-tensors, fp8 and modelopt checkpoints)")
     groups = qc.get("config_groups")
     if not isinstance(groups, Mapping) or not groups:
         raise ConvertError(f"{where}: quantization_config.config_groups {groups!r}: expected a non-empty JSON object")
@@ -151,8 +156,7 @@ def _check(module: str, fmt: SourceFormat, parts: dict, shape: tuple[int, int]) 
     if "weight_g_idx" in parts:
         raise ConvertError(f"tensor {module}.weight_g_idx: activation-ordered groups are not decoded by nbquant")
     sf, sname = parts[fmt.scale]
-    scale_dtype = FLOAT_DTYPES.get(sf.entries[sname].dtype) if fmt.dtype is None or fmt.scale != "weight_scale" \
-        else FLOAT_DTYPES["BF16"]
+    scale_dtype = FLOAT_DTYPES.get(sf.entries[sname].dtype) if fmt.scheme.kind in ("int", "fp8") else fmt.dtype
     if scale_dtype is None:
         raise ConvertError(f"{sf.path}: tensor {sname} has dtype {sf.entries[sname].dtype}; {fmt.label} scales are "
                            "BF16, F16 or F32")
@@ -161,12 +165,14 @@ def _check(module: str, fmt: SourceFormat, parts: dict, shape: tuple[int, int]) 
             raise ConvertError(f"tensor {module}.{suffix}: missing ({fmt.label})")
         f, name = parts[suffix]
         e = f.entries[name]
-        if suffix == fmt.scale and fmt.per_tensor:
+        if suffix == "weight_shape" and e.dtype == "I32":  # older compressed-tensors releases
+            dt = "I32"
+        if fmt.scalar(suffix):
             want = tuple(e.shape) if int(np.prod(e.shape)) == 1 else (1,)
         if e.dtype != dt or tuple(e.shape) != want:
             raise ConvertError(f"{f.path}: tensor {name} has dtype {e.dtype} shape {list(e.shape)}; a {fmt.label} "
                                f"weight of shape {list(shape)} stores {dt} {list(want)}")
-    return scale_dtype
+    return fmt.dtype if fmt.scale_in_dtype else scale_dtype
 
 
 def open_source(ckpt: Checkpoint, target: Scheme) -> Checkpoint:
@@ -182,6 +188,10 @@ def open_source(ckpt: Checkpoint, target: Scheme) -> Checkpoint:
     """
     cfg_path = os.path.join(ckpt.root, "config.json")
     qc = ckpt.config.get("quantization_config")
+    other = [f for f in ckpt.other_files if f != HF_QUANT_CONFIG]
+    if qc is None and HF_QUANT_CONFIG in ckpt.other_files:  # a modelopt export
+        cfg_path = os.path.join(ckpt.root, HF_QUANT_CONFIG)
+        qc = dict(_load_json(cfg_path), quant_method="modelopt")
     if qc is None:
         if target.kind == "dense":
             raise ConvertError(f"{cfg_path}: no quantization_config: the checkpoint is not quantized, and scheme "
@@ -195,7 +205,7 @@ def open_source(ckpt: Checkpoint, target: Scheme) -> Checkpoint:
                  ("weight" in p and ("weight_scale" in p or "weight_scale_inv" in p))]
     if not quantized:
         raise ConvertError(f"{cfg_path}: has a quantization_config but no module holds quantized tensors")
-    formats = _formats(qc, cfg_path, quantized)
+    formats = _formats(qc, cfg_path, quantized, ckpt.config)
     drop_kv = isinstance(qc, Mapping) and bool(qc.get("kv_cache_scheme"))
     decoded: dict[str, tuple] = {}
     virtual: dict[str, tuple[str, TensorEntry]] = {}  # the codes tensor's name → (weight name, its entry)
@@ -231,4 +241,4 @@ def open_source(ckpt: Checkpoint, target: Scheme) -> Checkpoint:
         elif name not in gone:
             weight_map[name] = shard
     config = {k: v for k, v in ckpt.config.items() if k != "quantization_config"}
-    return Checkpoint(ckpt.root, shards, weight_map, ckpt.index_name, ckpt.other_files, config)
+    return Checkpoint(ckpt.root, shards, weight_map, ckpt.index_name, other, config)
