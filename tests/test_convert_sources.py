@@ -337,7 +337,7 @@ def test_interrupted_run_resumes(quantized, tmp_path, monkeypatch):
 
 # --- modelopt exports (hf_quant_config.json) ----------------------------------------------------------------------
 
-E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], np.float32)
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, 0, -0.5, -1, -1.5, -2, -3, -4, -6], np.float32)  # modelopt's: -0 is +0
 
 
 def modelopt_nvfp4(folder, shape=(64, 96), in_config=False) -> tuple[str, dict]:

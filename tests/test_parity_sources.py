@@ -4,6 +4,7 @@
   output byte for byte against compressed-tensors 0.19's ``decompress`` of each module, with the
   scheme parsed from the source's own ``quantization_config``; and, for W4A16 (MoE too),
   against the weights transformers loads with ``run_compressed=False``.
+* modelopt exports: NVFP4 and FP8 against ``NVFP4QTensor.dequantize`` / ``FP8QTensor.dequantize``.
 * DeepSeek-V3 style FP8 blocks (``weight_scale_inv``, ragged edge blocks): against a torch
   reimplementation of DeepSeek's ``weight_dequant`` (each code times its block's scale in float32,
   stored as bfloat16).
@@ -17,7 +18,7 @@ import warnings
 
 import numpy as np
 import pytest
-from test_convert_sources import deepseek, per_tensor_fp8, tensors_of
+from test_convert_sources import _fp8_codes, _write, deepseek, modelopt_nvfp4, per_tensor_fp8, tensors_of
 
 from nbquant.convert import convert, write_synthetic_checkpoint
 
@@ -130,3 +131,28 @@ def test_bf16_equals_transformers_run_compressed_false(tmp_path, moe):
             assert _bits(theirs[t.name]) == ours[t.name].view(np.int16).tobytes(), t.name
             checked += 1
     assert checked == len([n for n in ours if n in theirs and "experts" not in n and n.endswith("proj.weight")]) > 0
+
+
+def test_modelopt_nvfp4_equals_nvfp4qtensor_dequantize(tmp_path):
+    from modelopt.torch.quantization.qtensor import NVFP4QTensor
+
+    src, t = modelopt_nvfp4(tmp_path / "mo", shape=(96, 160))
+    convert(src, tmp_path / "bf16", "BF16", progress=False)
+    m = "model.layers.0.mlp.up_proj"
+    q = NVFP4QTensor(torch.Size([96, 160]), torch.bfloat16, _torch(t[m + ".weight"]))
+    theirs = q.dequantize(dtype=torch.bfloat16, scale=_torch(t[m + ".weight_scale"]),
+                          double_scale=_torch(t[m + ".weight_scale_2"]), block_sizes={-1: 16})
+    assert _bits(theirs) == tensors_of(tmp_path / "bf16")[m + ".weight"].view(np.int16).tobytes()
+
+
+def test_modelopt_fp8_equals_fp8qtensor_dequantize(tmp_path):
+    from modelopt.torch.quantization.qtensor import FP8QTensor
+
+    rng = np.random.default_rng(2)
+    m = "model.layers.0.mlp.up_proj"
+    t = {m + ".weight": _fp8_codes(rng, (64, 128)), m + ".weight_scale": np.array(0.0123456, np.float32).reshape(())}
+    src = _write(tmp_path / "fp8", t, {"quant_method": "modelopt", "quant_algo": "FP8"})
+    convert(src, tmp_path / "bf16", "BF16", progress=False)
+    q = FP8QTensor(torch.Size([64, 128]), torch.bfloat16, _torch(t[m + ".weight"]))
+    theirs = q.dequantize(dtype=torch.bfloat16, scale=_torch(t[m + ".weight_scale"]))
+    assert _bits(theirs) == tensors_of(tmp_path / "bf16")[m + ".weight"].view(np.int16).tobytes()

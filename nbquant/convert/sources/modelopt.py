@@ -2,7 +2,8 @@
 
 * NVFP4: ``weight`` (uint8, two e2m1 codes a byte, the low nibble first), ``weight_scale`` (E4M3
   per 16) and ``weight_scale_2`` (one float32); modelopt's ``NVFP4QTensor.dequantize`` multiplies
-  each code by ``fl32(weight_scale * weight_scale_2)`` in float32, then casts to the model's dtype.
+  each code by ``fl32(weight_scale * weight_scale_2)`` in float32, then casts to the model's dtype;
+  its e2m1 table reads the code of ``-0`` as ``+0``.
   compressed-tensors divides by a global scale instead, so :class:`ModeloptNVFP4` keeps the codec's
   decoding and changes only that product.
 * FP8: ``weight`` (E4M3) and one float32 ``weight_scale``; ``FP8QTensor.dequantize`` computes
@@ -41,7 +42,10 @@ class ModeloptNVFP4(NVFP4PackQuantized):
     def dequantize(self, tensors: Mapping[str, np.ndarray], dtype: np.dtype,
                    rows: slice = slice(None)) -> np.ndarray:
         d = tensors["weight_scale"][rows].astype(np.float32) * np.float32(tensors["weight_global_scale"][0])
-        return decode_codes(tensors, d, self.element, self.block, dtype, rows)
+        p = np.asarray(tensors["weight_packed"][rows])
+        negative_zero = ((p & 0x0F) == 0x08) * np.uint8(0x08) | ((p & 0xF0) == 0x80) * np.uint8(0x80)
+        codes = {"weight_packed": p & ~negative_zero}  # modelopt's e2m1 table decodes the code of -0 as +0
+        return decode_codes(codes, d, self.element, self.block, dtype, slice(None))
 
 
 def modelopt_config(qc: Mapping[str, Any]) -> Mapping[str, Any]:
