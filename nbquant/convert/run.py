@@ -33,7 +33,7 @@ from .policy import Selection, select
 from .report import Progress, Report, TensorReport, sqnr_db
 from .safetensors import BITS, ConvertError, SafetensorsFile, ShardWriter, layout, sync_dir
 from .schemes import Scheme, quantization_config
-from .sources import Decoded, DecodedFile, codec_of, decoded_names, encode, open_source
+from .sources import Decoded, DecodedFile, codec_of, dense_kept, encode, encoding, first_decoded, open_source
 
 __all__ = ["convert", "Job", "STAMP", "CHECK_ELEMENTS"]
 
@@ -113,10 +113,8 @@ def _plan(ckpt: Checkpoint, codec: Codec, ignore: list[str],
            for shard, names in jobs(ckpt, fused=codec.fused).items()}
     sel = select(ckpt.config, {i.name: i.shape for job in cut.values() for _, its in job for i in its}, ignore,
                  default_ignore)
-    decoded = decoded_names(ckpt)
-    if codec.format == "dense":
-        sel.kept = {i.name: sel.kept.get(i.name, "not quantized in the source") for job in cut.values()
-                    for _, its in job for i in its if i.name not in decoded}
+    if codec.format == "dense":  # the decoded weights are written, everything else kept
+        sel.kept = dense_kept(sel.kept, [i.name for job in cut.values() for _, its in job for i in its], ckpt)
     plans = {}
     for shard, job in cut.items():
         entries, quantized, shard_items = [], {}, []
@@ -188,14 +186,10 @@ def _warm_up(codec: Codec, dtypes: set, decoded: Decoded | None = None) -> threa
     k = codec.scheme.group_size or 128
 
     def run() -> None:
-        if decoded is not None:
+        calls = [lambda: decoded[0:1]] if decoded is not None else []
+        for call in calls + [lambda h=h: quantize_weight(np.ones((2, k), h), codec) for h in dtypes]:
             try:
-                decoded[0:1]
-            except Exception:  # noqa: BLE001 - the real call reports any error
-                pass
-        for h in dtypes:
-            try:
-                quantize_weight(np.ones((2, k), h), codec)
+                call()
             except Exception:  # noqa: BLE001 - the real call reports any error
                 pass
     thread = threading.Thread(target=run, name="nbquant-convert-warm-up", daemon=True)
@@ -204,8 +198,7 @@ def _warm_up(codec: Codec, dtypes: set, decoded: Decoded | None = None) -> threa
 
 
 def _copy_kept(writer: ShardWriter, plan: ShardPlan, progress: Progress) -> None:
-    """Copy the tensors a shard keeps as they are (file to file, outside the interpreter lock); a decoded weight of a
-    quantized source is written decoded."""
+    """Copy the tensors a shard keeps as they are (file to file, outside the interpreter lock); write decoded ones."""
     for item in plan.items:
         if item.name not in plan.quantized:
             f, e = plan.sources[item.source], plan.entry(item)
@@ -254,8 +247,7 @@ def _quantize_shard(writer: ShardWriter, plan: ShardPlan, codec: Codec, report: 
     for item in todo:
         x = _load(plan, item)
         out = encode(x, codec)
-        how = "" if not isinstance(x, Decoded) else "exact" if out is not None else \
-            "decoded" if codec.format == "dense" else "requantized"
+        how = encoding(x, out, codec)
         try:
             if out is None:
                 x = np.asarray(x)
@@ -393,9 +385,7 @@ def convert(
     plans, sel = _plan(ckpt, job.codec, job.ignore, job.default_ignore)
     dtypes = {plan.entry(i).numpy_dtype for plan in plans.values() for i in plan.items if i.name in plan.quantized}
     # Numba's import and cache load (~0.3 s) run while the files are prepared (on a cluster: in the workers)
-    sample = next((_load(p, i) for p in plans.values() for i in p.items
-                   if isinstance(p.sources[i.source], DecodedFile) and i.source in p.sources[i.source].decoded), None)
-    warm = _warm_up(job.codec, dtypes, sample) if scheduler is None else None
+    warm = _warm_up(job.codec, dtypes, first_decoded(ckpt)) if scheduler is None else None
     try:
         with thread_limit(None if job.scheduler else job.workers):  # this call's kernels only
             stamp = _stamp(ckpt, job.group_name, job.ignore, job.default_ignore)

@@ -13,6 +13,7 @@ the dtype its ecosystem's decoder gives. Two families are recognised:
 * ``quant_method: "fp8"`` (DeepSeek-V3/R1, Qwen3-FP8): an E4M3 ``weight`` and a float32
   ``weight_scale_inv`` per ``weight_block_size`` block; decoded as DeepSeek's ``weight_dequant``
   (the product in float32, then bfloat16).
+* ``quant_method: "modelopt"`` (or ``hf_quant_config.json``): :mod:`.modelopt`.
 
 A module is quantized when its tensors say so (``weight_packed``, or ``weight`` with
 ``weight_scale`` / ``weight_scale_inv``); its other quantization tensors (``weight_shape``,

@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from ..plan import Checkpoint, _load_json
+from ..plan import Checkpoint
 from ..safetensors import ConvertError, SafetensorsFile, TensorEntry, dtype_name
 from ..schemes import Scheme
+from ..untrusted_json import UntrustedJSONError, loads
 from .dense import DENSE_DTYPES
 from .exact import exact_dtype
 from .formats import (
@@ -175,6 +176,18 @@ def _check(module: str, fmt: SourceFormat, parts: dict, shape: tuple[int, int]) 
     return fmt.dtype if fmt.scale_in_dtype else scale_dtype
 
 
+def _read_json(path: str) -> dict:
+    """The JSON object in the untrusted file ``path``, or a one-line :class:`ConvertError`."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = loads(f.read())
+    except (OSError, UnicodeDecodeError, UntrustedJSONError) as e:
+        raise ConvertError(f"{path}: cannot read a JSON object: {getattr(e, 'strerror', None) or e}") from None
+    if not isinstance(data, dict):
+        raise ConvertError(f"{path}: expected a JSON object")
+    return data
+
+
 def open_source(ckpt: Checkpoint, target: Scheme) -> Checkpoint:
     """``ckpt`` as the planner reads it: unchanged when it is not quantized, else its :class:`DecodedFile` view.
 
@@ -191,7 +204,7 @@ def open_source(ckpt: Checkpoint, target: Scheme) -> Checkpoint:
     other = [f for f in ckpt.other_files if f != HF_QUANT_CONFIG]
     if qc is None and HF_QUANT_CONFIG in ckpt.other_files:  # a modelopt export
         cfg_path = os.path.join(ckpt.root, HF_QUANT_CONFIG)
-        qc = dict(_load_json(cfg_path), quant_method="modelopt")
+        qc = dict(_read_json(cfg_path), quant_method="modelopt")
     if qc is None:
         if target.kind == "dense":
             raise ConvertError(f"{cfg_path}: no quantization_config: the checkpoint is not quantized, and scheme "
