@@ -127,6 +127,18 @@ def reencode(fmt: SourceFormat, t: Mapping[str, np.ndarray], shape: tuple[int, i
 
     ``dtype`` is the decoded weight's planned dtype: an exact re-encoding writes the scales in it,
     so it is the source scales' dtype (:func:`exact_dtype`) or the re-encoding does not apply.
+
+    Examples
+    --------
+    >>> import ml_dtypes
+    >>> from nbquant.convert.codecs import codec_for
+    >>> from nbquant.convert.schemes import get_scheme
+    >>> from nbquant.convert.sources.formats import fp8_block_format
+    >>> t = {"weight": np.zeros((200, 300), ml_dtypes.float8_e4m3fn),
+    ...      "weight_scale": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    >>> target = codec_for(get_scheme("FP8_BLOCK"))
+    >>> reencode(fp8_block_format({}, "x"), t, (200, 300), target, np.dtype(np.float32))["weight_scale"].tolist()
+    [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
     """
     s = target.scheme
     if exact_dtype(fmt, s, np.dtype(np.asarray(t["weight_scale"]).dtype)) != dtype:

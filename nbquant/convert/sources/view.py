@@ -198,6 +198,20 @@ def open_source(ckpt: Checkpoint, target: Scheme) -> Checkpoint:
     Raises :class:`ConvertError` (one line) for an unsupported or broken ``quantization_config``,
     a module whose tensors do not match its format, and a BF16/F16/F32 target for an
     unquantized source.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> from nbquant.convert import convert, get_scheme, write_synthetic_checkpoint
+    >>> from nbquant.convert.plan import open_checkpoint
+    >>> src, dst = tempfile.mkdtemp(), os.path.join(tempfile.mkdtemp(), "fp8")
+    >>> _ = write_synthetic_checkpoint(src, hidden=128, intermediate=256, layers=1, vocab=64)
+    >>> _ = convert(src, dst, "FP8_DYNAMIC", progress=False)
+    >>> view = open_source(open_checkpoint(dst, quantized=True), get_scheme("BF16"))
+    >>> name = "model.layers.0.mlp.up_proj.weight"
+    >>> w = view.shards[view.weight_map[name]].tensor(name)
+    >>> w.fmt.label, w.shape, w[:2].dtype, "quantization_config" in view.config
+    ('compressed-tensors float-quantized fp8 per channel', (256, 128), dtype(bfloat16), False)
     """
     cfg_path = os.path.join(ckpt.root, "config.json")
     qc = ckpt.config.get("quantization_config")
