@@ -397,3 +397,19 @@ def test_modelopt_fp8_rounds_the_scale_to_the_model_dtype(tmp_path):
     assert [q.encoding for q in r.quantized] == ["exact"]
     assert raw(tensors_of(tmp_path / "dyn")["model.layers.0.mlp.up_proj.weight_scale"]) == raw(
         np.full((64, 1), s[()], BF16))
+
+
+def test_dense_target_keeps_fused_moe_tensors_whole(tmp_path):
+    from nbquant.convert import quantize_weight
+    from nbquant.convert.schemes import quantization_config
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((64, 128)).astype(BF16)
+    fused = rng.standard_normal((2, 64, 128)).astype(BF16)
+    t = {f"model.layers.0.mlp.up_proj.{k}": v for k, v in quantize_weight(x, get_scheme("W4A16")).items()}
+    t["model.layers.0.mlp.experts.gate_up_proj"] = fused
+    src = _write(tmp_path / "src", t, quantization_config("W4A16", get_scheme("W4A16"), [], True))
+    convert(src, tmp_path / "out", "BF16", progress=False)
+    out = tensors_of(tmp_path / "out")
+    assert sorted(out) == ["model.layers.0.mlp.experts.gate_up_proj", "model.layers.0.mlp.up_proj.weight"]
+    assert raw(out["model.layers.0.mlp.experts.gate_up_proj"]) == raw(fused)

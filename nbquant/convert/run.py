@@ -109,7 +109,8 @@ def _plan(ckpt: Checkpoint, codec: Codec, ignore: list[str],
           default_ignore: bool) -> tuple[dict[str, ShardPlan], Selection]:
     """Every output shard, planned, and what is kept: every bad weight or ignore pattern raises here, before
     anything is written. A BF16/F16/F32 scheme writes the decoded weights of a quantized source, and keeps the rest."""
-    cut = {shard: [(name, items(name, ckpt.shards[ckpt.weight_map[name]].entries[name].shape)) for name in names]
+    split = items if codec.format != "dense" else lambda n, s: [Item(n, n, tuple(s))]  # dense: no tensor cut up
+    cut = {shard: [(name, split(name, ckpt.shards[ckpt.weight_map[name]].entries[name].shape)) for name in names]
            for shard, names in jobs(ckpt, fused=codec.fused).items()}
     sel = select(ckpt.config, {i.name: i.shape for job in cut.values() for _, its in job for i in its}, ignore,
                  default_ignore)
@@ -246,8 +247,7 @@ def _quantize_shard(writer: ShardWriter, plan: ShardPlan, codec: Codec, report: 
     prepared = _prepare(plan, codec, todo) if codec.fused else {}
     for item in todo:
         x = _load(plan, item)
-        out = encode(x, codec)
-        how = encoding(x, out, codec)
+        how = encoding(x, out := encode(x, codec), codec)
         try:
             if out is None:
                 x = np.asarray(x)
