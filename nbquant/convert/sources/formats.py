@@ -179,7 +179,7 @@ def compressed_tensors_format(key: str, group: Mapping[str, Any], where: str,
     symmetric = w.get("symmetric", True)
     if w.get("type") != type_:
         raise _bad(f"{where}.weights", "type", w.get("type"), f"{fmt} stores {type_} codes")
-    if bits not in bits_ok:
+    if not _positive(bits) or bits not in bits_ok:
         raise _bad(f"{where}.weights", "num_bits", bits, f"{fmt} reads {', '.join(map(str, bits_ok))}")
     if strategy not in strategies:
         raise _bad(f"{where}.weights", "strategy", strategy, f"{fmt} reads {', '.join(strategies)}")
