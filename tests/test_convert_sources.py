@@ -186,6 +186,17 @@ def test_deepseek_fp8_block_to_bf16_ragged_blocks(tmp_path):
     assert [q.shape for q in r.quantized] == [(200, 300), (256, 128)]
 
 
+def test_qwen3_fp8_bfloat16_scale_inv(tmp_path):
+    src, t = deepseek(tmp_path / "ds")
+    t = {k: v.astype(BF16) if k.endswith("_scale_inv") else v for k, v in t.items()}
+    bf = tmp_path / "bf"
+    _write(bf, t, DEEPSEEK)
+    out = _bf16(bf, tmp_path)
+    m = "model.layers.0.mlp.p0"
+    want = weight_dequant(t[m + ".weight"], t[m + ".weight_scale_inv"].astype(np.float32))
+    assert raw(out[m + ".weight"]) == raw(want)
+
+
 def test_deepseek_to_fp8_block_is_exact_float32_scales(tmp_path):
     src, t = deepseek(tmp_path / "ds")
     r = convert(src, tmp_path / "fp8", "FP8_BLOCK", progress=False)

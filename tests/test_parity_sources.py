@@ -156,3 +156,14 @@ def test_modelopt_fp8_equals_fp8qtensor_dequantize(tmp_path):
     q = FP8QTensor(torch.Size([64, 128]), torch.bfloat16, _torch(t[m + ".weight"]))
     theirs = q.dequantize(dtype=torch.bfloat16, scale=_torch(t[m + ".weight_scale"]))
     assert _bits(theirs) == tensors_of(tmp_path / "bf16")[m + ".weight"].view(np.int16).tobytes()
+
+
+@pytest.mark.parametrize("scheme", ["W4A16", "FP8_BLOCK"])
+def test_float16_source_f16_equals_compressed_tensors_decompress(tmp_path, scheme):
+    write_synthetic_checkpoint(tmp_path / "src", hidden=256, intermediate=384, layers=1, vocab=64, dtype="float16")
+    convert(tmp_path / "src", tmp_path / "q", scheme, progress=False)
+    convert(tmp_path / "q", tmp_path / "f16", "F16", progress=False)
+    theirs, ours = _decompressed(tmp_path / "q"), tensors_of(tmp_path / "f16")
+    for name, t in theirs.items():
+        assert t.dtype == torch.float16, name
+        assert t.contiguous().view(torch.int16).numpy().tobytes() == ours[name].view(np.int16).tobytes(), name
