@@ -253,6 +253,7 @@ BAD = [
     (dict(_group(), format="marlin-24"), "format 'marlin-24' is not supported"),
     (_group(num_bits=3), "num_bits 3 is not supported (pack-quantized reads 2, 4, 8)"),
     (_group(num_bits=4.0), "num_bits 4.0 is not supported"),
+    (_group(group_size=512), "needs K divisible by 512"),
     (_group(strategy="token"), "strategy 'token' is not supported"),
     ({**_group(), "config_groups": {"g": {"targets": ["re:nothing$"], "weights": {}}}}, "no config_groups target"),
     ({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}, "modelopt quant_algo 'W4A8_AWQ' is not supported"),
