@@ -156,6 +156,8 @@ def _check(module: str, fmt: SourceFormat, parts: dict, shape: tuple[int, int]) 
         raise ConvertError(f"tensor {module}.{fmt.scale}: missing ({fmt.label})")
     if "weight_g_idx" in parts:
         raise ConvertError(f"tensor {module}.weight_g_idx: activation-ordered groups are not decoded by nbquant")
+    if 0 in shape:
+        raise ConvertError(f"tensor {module}: a {fmt.label} weight of shape {list(shape)} is empty")
     g = fmt.scheme.group_size
     if g and shape[1] % g:
         raise ConvertError(f"tensor {module}: a {fmt.label} weight of shape {list(shape)} needs K divisible by {g}")
