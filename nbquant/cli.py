@@ -287,13 +287,17 @@ def _add_convert_parser(sub) -> None:
                     "of the tensors kept and why. Every argument is checked before anything is written. Exit status "
                     "1 with a one-line error naming the argument, file or tensor and what to do on bad input (2 for "
                     "a malformed command line); on Ctrl-C, 130 "
-                    "and one line: the same command again resumes, keeping the shards already written.",
+                    "and one line: the same command again resumes, keeping the shards already written. A quantized "
+                    "SRC (compressed-tensors, or FP8 with weight_scale_inv) is detected and decoded: --scheme BF16, "
+                    "F16 or F32 writes a plain checkpoint, any other scheme re-quantizes, exactly where the scheme "
+                    "holds the source's codes and scales.",
     )
     convert.add_argument("src", metavar="SRC", help="folder with config.json and *.safetensors shards")
     convert.add_argument("dst", metavar="DST", help="output folder (created; must be empty unless --overwrite)")
     convert.add_argument("--scheme", required=True, metavar="NAME",
                          help="compressed-tensors preset: W4A16, W4A16_ASYM, W8A16, W2A16, W8A8, FP8_DYNAMIC, "
-                              "FP8_BLOCK, NVFP4A16, MXFP4A16, MXFP8A16, ... (see docs/convert.md)")
+                              "FP8_BLOCK, NVFP4A16, MXFP4A16, MXFP8A16, ...; or BF16, F16, F32 to dequantize a "
+                              "quantized SRC (see docs/convert.md)")
     convert.add_argument("--ignore", nargs="+", action="extend", default=[], metavar="PATTERN",
                          help="module names or re:<regex> patterns to keep unquantized as well (e.g. "
                               "re:.*k_proj$); one that matches no module is an error; modules ending with norm are "

@@ -47,6 +47,9 @@ class TensorReport:
     sqnr_db: float
     max_abs_err: float
     rows_checked: int
+    encoding: str = ""
+    """For a quantized source: ``exact`` (its codes and scales re-encoded unchanged), ``requantized`` (decoded,
+    then quantized) or ``decoded`` (a BF16/F16/F32 target); empty for an unquantized one."""
 
 
 @dataclass
@@ -86,6 +89,8 @@ class Report:
             d = asdict(t)
             d["shape"] = list(t.shape)
             d["sqnr_db"] = t.sqnr_db if math.isfinite(t.sqnr_db) else str(t.sqnr_db)
+            if not t.encoding:
+                del d["encoding"]
             return d
         return {"scheme": self.scheme, "src": self.src, "dst": self.dst, "shards": self.shards,
                 "resumed_shards": self.resumed_shards, "quantized": [tensor(t) for t in self.quantized],
@@ -110,7 +115,8 @@ def format_table(report: Report) -> str:
     >>> format_table(r).splitlines()[-1]
     'kept as they are: 3 tensor(s): MoE router: l.0.mlp.gate.weight, l.1.mlp.gate.weight and 1 more'
     """
-    rows = [(t.name, t.scheme, "x".join(map(str, t.shape)), f"{t.sqnr_db:.2f}", f"{t.max_abs_err:.4g}")
+    rows = [(t.name, f"{t.scheme} {t.encoding}".rstrip(), "x".join(map(str, t.shape)), f"{t.sqnr_db:.2f}",
+             f"{t.max_abs_err:.4g}")
             for t in report.quantized]
     head = ("tensor", "scheme", "shape", "SQNR dB", "max abs err")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]

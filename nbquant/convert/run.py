@@ -26,13 +26,14 @@ import numpy as np
 
 from ..threads import thread_limit
 from .arguments import check_arguments
-from .codecs import Codec, WeightError, codec_for, dequantize_weight, quantize_weight
+from .codecs import Codec, WeightError, dequantize_weight, quantize_weight
 from .destination import STAMP, check_destination, copy_into, prepare_destination
 from .plan import Checkpoint, Item, fused_groups, items, jobs, open_checkpoint
 from .policy import Selection, select
 from .report import Progress, Report, TensorReport, sqnr_db
 from .safetensors import BITS, ConvertError, SafetensorsFile, ShardWriter, layout, sync_dir
 from .schemes import Scheme, quantization_config
+from .sources import Decoded, DecodedFile, codec_of, dense_kept, encode, encoding, first_decoded, open_source
 
 __all__ = ["convert", "Job", "STAMP", "CHECK_ELEMENTS"]
 
@@ -101,17 +102,20 @@ class Job:
     @cached_property
     def codec(self) -> Codec:
         """The codec of :attr:`scheme`'s format."""
-        return codec_for(self.scheme)
+        return codec_of(self.scheme)
 
 
 def _plan(ckpt: Checkpoint, codec: Codec, ignore: list[str],
           default_ignore: bool) -> tuple[dict[str, ShardPlan], Selection]:
     """Every output shard, planned, and what is kept: every bad weight or ignore pattern raises here, before
-    anything is written."""
-    cut = {shard: [(name, items(name, ckpt.shards[ckpt.weight_map[name]].entries[name].shape)) for name in names]
+    anything is written. A BF16/F16/F32 scheme writes the decoded weights of a quantized source, and keeps the rest."""
+    split = items if codec.format != "dense" else lambda n, s: [Item(n, n, tuple(s))]  # dense: no tensor cut up
+    cut = {shard: [(name, split(name, ckpt.shards[ckpt.weight_map[name]].entries[name].shape)) for name in names]
            for shard, names in jobs(ckpt, fused=codec.fused).items()}
     sel = select(ckpt.config, {i.name: i.shape for job in cut.values() for _, its in job for i in its}, ignore,
                  default_ignore)
+    if codec.format == "dense":  # the decoded weights are written, everything else kept
+        sel.kept = dense_kept(sel.kept, [i.name for job in cut.values() for _, its in job for i in its], ckpt)
     plans = {}
     for shard, job in cut.items():
         entries, quantized, shard_items = [], {}, []
@@ -177,14 +181,16 @@ def _check(name: str, x: np.ndarray, out: dict, codec: Codec, full: bool) -> Ten
     return TensorReport(name, codec.scheme.name, (n, k), str(x.dtype), sqnr_db(signal, noise), worst, rows)
 
 
-def _warm_up(codec: Codec, dtypes: set) -> threading.Thread:
-    """Load the kernels ``codec`` uses (Numba's import and cache load, ~0.4 s) on a thread, while files are copied."""
+def _warm_up(codec: Codec, dtypes: set, decoded: Decoded | None = None) -> threading.Thread:
+    """Load the kernels ``codec`` uses (Numba's import and cache load, ~0.4 s) on a thread, while files are copied;
+    with ``decoded`` (a weight of a quantized source), its decoder's too (one row decoded)."""
     k = codec.scheme.group_size or 128
 
     def run() -> None:
-        for h in dtypes:
+        calls = [lambda: decoded[0:1]] if decoded is not None else []
+        for call in calls + [lambda h=h: quantize_weight(np.ones((2, k), h), codec) for h in dtypes]:
             try:
-                quantize_weight(np.ones((2, k), h), codec)
+                call()
             except Exception:  # noqa: BLE001 - the real call reports any error
                 pass
     thread = threading.Thread(target=run, name="nbquant-convert-warm-up", daemon=True)
@@ -193,11 +199,14 @@ def _warm_up(codec: Codec, dtypes: set) -> threading.Thread:
 
 
 def _copy_kept(writer: ShardWriter, plan: ShardPlan, progress: Progress) -> None:
-    """Copy the tensors a shard keeps as they are (file to file, outside the interpreter lock)."""
+    """Copy the tensors a shard keeps as they are (file to file, outside the interpreter lock); write decoded ones."""
     for item in plan.items:
         if item.name not in plan.quantized:
             f, e = plan.sources[item.source], plan.entry(item)
-            writer.copy(item.name, f.path, item.offset(e.begin, BITS[e.dtype], e.shape))
+            if isinstance(f, DecodedFile) and item.source in f.decoded:
+                writer.write(item.name, np.asarray(f.tensor(item.source)))
+            else:
+                writer.copy(item.name, f.path, item.offset(e.begin, BITS[e.dtype], e.shape))
             progress.update(plan.nbytes(item))
 
 
@@ -219,7 +228,8 @@ def _prepare(plan: ShardPlan, codec: Codec, todo: list[Item]) -> dict:
     for group in fused_groups(i.name for i in plan.items):
         members = {n: by_name[n] for n in group if n in by_name}
         try:
-            prepared.update(codec.prepare({n: _load(plan, i) for n, i in members.items()}) if members else {})
+            prepared.update(codec.prepare({n: np.asarray(_load(plan, i)) for n, i in members.items()})
+                            if members else {})
         except WeightError as e:
             raise _in_file(plan, members[e.tensor], e) from None
     return prepared
@@ -230,13 +240,18 @@ def _quantize_shard(writer: ShardWriter, plan: ShardPlan, codec: Codec, report: 
     """Quantize and write the weights of one shard, one at a time (a fused codec prepares each fused set first).
 
     ``buffer`` (uint8, at least the largest weight's element count) receives the codes of each weight in turn.
+    A decoded weight of a quantized source is re-encoded exactly where ``codec`` holds its codes and scales
+    (:func:`nbquant.convert.sources.encode`), else decoded and quantized; its report says which.
     """
     todo = [item for item in plan.items if item.name in plan.quantized]
     prepared = _prepare(plan, codec, todo) if codec.fused else {}
     for item in todo:
         x = _load(plan, item)
+        how = encoding(x, out := encode(x, codec), codec)
         try:
-            out = quantize_weight(x, codec, item.name, buffer, prepared.pop(item.name, None))
+            if out is None:
+                x = np.asarray(x)
+                out = quantize_weight(x, codec, item.name, buffer, prepared.pop(item.name, None))
         except ConvertError as e:
             raise _in_file(plan, item, e) from None
         for suffix, arr in out.items():
@@ -244,6 +259,7 @@ def _quantize_shard(writer: ShardWriter, plan: ShardPlan, codec: Codec, report: 
         report.quantized.append(_check(item.name, x, out, codec, check[1]) if check[0] else
                                 TensorReport(item.name, codec.scheme.name, item.shape, str(x.dtype), math.nan,
                                              math.nan, 0))
+        report.quantized[-1].encoding = how
         del x, out
         progress.update(plan.nbytes(item))
 
@@ -363,12 +379,13 @@ def convert(
         scheduler=scheduler)  # all of them, before anything is read
     job = Job(src, dst, preset, str(scheme), ignore, default_ignore, check, full_check, overwrite, progress,
               log or (lambda line: None), scheduler, workers)
-    ckpt = open_checkpoint(os.path.abspath(src) if scheduler else src)  # the workers' cwd is not ours
+    ckpt = open_checkpoint(os.path.abspath(src) if scheduler else src, quantized=True)  # the workers' cwd is not ours
+    ckpt = open_source(ckpt, preset)  # a quantized source: its quantized modules become decoded weights
     check_destination(dst, ckpt.roots)
     plans, sel = _plan(ckpt, job.codec, job.ignore, job.default_ignore)
     dtypes = {plan.entry(i).numpy_dtype for plan in plans.values() for i in plan.items if i.name in plan.quantized}
     # Numba's import and cache load (~0.3 s) run while the files are prepared (on a cluster: in the workers)
-    warm = _warm_up(job.codec, dtypes) if scheduler is None else None
+    warm = _warm_up(job.codec, dtypes, first_decoded(ckpt)) if scheduler is None else None
     try:
         with thread_limit(None if job.scheduler else job.workers):  # this call's kernels only
             stamp = _stamp(ckpt, job.group_name, job.ignore, job.default_ignore)
@@ -424,8 +441,8 @@ def _run(job: Job, ckpt: Checkpoint, plans: dict[str, ShardPlan], sel: Selection
     rep.shards = list(plans)
     rep.bytes_in = ckpt.total_bytes
     quantized = any(plan.quantized for plan in plans.values())
-    config = dict(ckpt.config, quantization_config=quantization_config(job.group_name, job.scheme, sel.ignore,
-                                                                           quantized))
+    config = dict(ckpt.config) if job.scheme.kind == "dense" else \
+        dict(ckpt.config, quantization_config=quantization_config(job.group_name, job.scheme, sel.ignore, quantized))
     index = {"metadata": {"total_size": rep.bytes_out}, "weight_map": weight_map}
     _write_text(os.path.join(dst, ckpt.index_name), json.dumps(index, indent=2, sort_keys=True))
     _write_text(os.path.join(dst, "config.json"), json.dumps(config, indent=2, sort_keys=True))

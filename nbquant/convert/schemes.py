@@ -23,7 +23,7 @@ from typing import Any
 
 from .safetensors import ConvertError
 
-__all__ = ["Scheme", "SCHEMES", "UNSUPPORTED", "get_scheme", "quantization_config", "FORMAT_VERSION"]
+__all__ = ["Scheme", "SCHEMES", "DENSE", "UNSUPPORTED", "get_scheme", "quantization_config", "FORMAT_VERSION"]
 
 #: The compressed-tensors release whose format (tensor names, dtypes, packing, config) is written, and which goes
 #: into ``quantization_config["version"]``.
@@ -138,6 +138,10 @@ def _table() -> dict[str, Scheme]:
 #: The presets ``nbquant convert`` writes, by name.
 SCHEMES: dict[str, Scheme] = _table()
 
+#: The plain targets of a quantized source (``nbquant convert`` dequantizes: :mod:`nbquant.convert.sources`).
+DENSE: dict[str, Scheme] = {n: Scheme(n, "dense", b, "none", "dense", {}) for n, b in
+                            (("BF16", 16), ("F16", 16), ("F32", 32))}
+
 #: Presets of compressed-tensors that are not written, and why.
 UNSUPPORTED: dict[str, str] = {
     **{f"W{b}A16": f"{b}-bit codes packed across int32 words are not implemented (use W2A16, W4A16 or W8A16)"
@@ -164,9 +168,12 @@ def get_scheme(name: str) -> Scheme:
     key = str(name).upper()
     if key in SCHEMES:
         return SCHEMES[key]
+    if key in DENSE:
+        return DENSE[key]
     if key in UNSUPPORTED:
         raise ConvertError(f"scheme {key} is not supported: {UNSUPPORTED[key]}")
-    raise ConvertError(f"unknown scheme {name!r}; choose one of {', '.join(SCHEMES)}")
+    raise ConvertError(f"unknown scheme {name!r}; choose one of {', '.join(SCHEMES)} (or, for a quantized "
+                       "source, BF16, F16, F32)")
 
 
 def quantization_config(group_name: str, scheme: Scheme, ignore: list[str], quantized: bool) -> dict[str, Any]:
