@@ -141,7 +141,7 @@ def test_requested_unavailable_backend_exits_2_with_its_reason(capsys, monkeypat
 def test_demo_backend_cuda_without_a_gpu_subprocess():
     """No monkeypatching: on a machine without a GPU, ``--backend cuda`` fails with nbquant.backends()'s reason."""
     proc = subprocess.run([sys.executable, "-m", "nbquant", "demo", "--backend", "cuda"],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr == f"nbquant demo: backend cuda cannot run here: {CUDA.reason}\n"
@@ -254,7 +254,7 @@ def test_bad_arguments(capsys, argv, message):
 
 def test_bad_arguments_subprocess():
     proc = subprocess.run([sys.executable, "-m", "nbquant", "demo", "--size", "7"],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2
     assert "--size 7" in proc.stderr and "even" in proc.stderr
     assert proc.stdout == ""
