@@ -321,6 +321,10 @@ def _add_convert_parser(sub) -> None:
     gguf.add_argument("--output-tensor-type", metavar="TYPE", help="type of output.weight (e.g. Q8_0)")
     gguf.add_argument("--token-embedding-type", metavar="TYPE", help="type of token_embd.weight")
     gguf.add_argument("--leave-output-tensor", action="store_true", help="keep output.weight as it is")
+    gguf.add_argument("--include-weights", action="append", metavar="NAME",
+                      help="use the importance matrix only for tensors whose names contain NAME (repeatable)")
+    gguf.add_argument("--exclude-weights", action="append", metavar="NAME",
+                      help="do not use the importance matrix for tensors whose names contain NAME (repeatable)")
     convert.error = functools.partial(_one_line_error, convert)
 
 
@@ -359,7 +363,8 @@ def _run_gguf(args: argparse.Namespace) -> int:
         report = convert_gguf(args.src, args.dst, args.scheme, imatrix=args.imatrix, pure=args.pure,
                               output_tensor_type=args.output_tensor_type,
                               token_embedding_type=args.token_embedding_type,
-                              leave_output_tensor=args.leave_output_tensor, overwrite=args.overwrite,
+                              leave_output_tensor=args.leave_output_tensor, include_weights=args.include_weights,
+                              exclude_weights=args.exclude_weights, overwrite=args.overwrite,
                               progress=False if args.quiet else None)
     except ConvertError as e:
         print(f"nbquant convert: error: {e}", file=sys.stderr)

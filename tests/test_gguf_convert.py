@@ -15,8 +15,7 @@ import pytest
 from nbquant import gguf
 from nbquant.convert import ConvertError
 from nbquant.convert.gguf import convert_gguf, format_gguf_table, write_synthetic_gguf
-from nbquant.gguf.file import (FLOAT32, STRING, UINT32, Field, GGUFError, TensorInfo, encode_metadata, read_gguf,
-                               type_id)
+from nbquant.gguf.file import FLOAT32, STRING, UINT32, Field, GGUFError, TensorInfo, encode_metadata, read_gguf, type_id
 from nbquant.gguf.imatrix import read_imatrix
 from nbquant.gguf.policy import Hyper, PolicyOptions, choose_types, hyper_from, tensor_order
 
@@ -347,3 +346,76 @@ def test_refusals_leave_nothing(model, tmp_path):
     with pytest.raises(ConvertError, match="not a readable GGUF file"):
         convert_gguf(dst, str(tmp_path / "z.gguf"), "Q8_0", progress=False)
     assert open(dst, "rb").read() == b"keep" and sorted(os.listdir(tmp_path)) == ["q.gguf"]
+
+
+def _split(src: str, parts: int, folder) -> str:
+    """``src`` rewritten as ``parts`` files with llama.cpp's split keys; returns the first part's path."""
+    with read_gguf(src) as g:
+        names = list(g.tensors)
+        chunks = [names[i::parts] for i in range(parts)]
+        for i, chunk in enumerate(chunks):
+            fields = list(g.fields.values()) if i == 0 else []
+            fields += [Field("split.no", 2, struct.pack("<H", i)), Field("split.count", 2, struct.pack("<H", parts)),
+                       Field("split.tensors.count", 5, struct.pack("<i", len(names)))]
+            infos, offset, data = [], 0, []
+            for name in chunk:
+                t = g.tensors[name]
+                infos.append(TensorInfo(name, t.ne, t.type_id, offset))
+                raw = bytes(g.tensor_bytes(name))
+                data.append(raw + bytes(-len(raw) % 32))
+                offset += len(data[-1])
+            with open(folder / f"s-{i + 1:05d}-of-{parts:05d}.gguf", "wb") as f:
+                f.write(encode_metadata(fields, infos, 32) + b"".join(data))
+    return str(folder / f"s-00001-of-{parts:05d}.gguf")
+
+
+def test_split_source_reads_as_one(model, tmp_path):
+    first = _split(model, 3, tmp_path)
+    convert_gguf(model, str(tmp_path / "whole.gguf"), "Q8_0", progress=False)
+    convert_gguf(first, str(tmp_path / "split.gguf"), "Q8_0", progress=False)
+    assert (tmp_path / "whole.gguf").read_bytes() == (tmp_path / "split.gguf").read_bytes()
+    os.remove(tmp_path / "s-00003-of-00003.gguf")
+    with pytest.raises(ConvertError, match="s-00003-of-00003.gguf: cannot read"):
+        convert_gguf(first, str(tmp_path / "again.gguf"), "Q8_0", progress=False)
+    with pytest.raises(ConvertError, match="split.no is 1; open the first part"):
+        convert_gguf(str(tmp_path / "s-00002-of-00003.gguf"), str(tmp_path / "again.gguf"), "Q8_0", progress=False)
+
+
+def test_imatrix_keys_and_weight_filters(model, tmp_path):
+    path = str(tmp_path / "im.dat")
+    names = ["blk.0.attn_q.weight", "blk.1.attn_q.weight"]
+    raw = struct.pack("<i", 2)
+    for name in names:
+        raw += struct.pack("<i", len(name)) + name.encode() + struct.pack("<ii", 1, 256)
+        raw += np.ones(256, "<f4").tobytes()
+    open(path, "wb").write(raw + struct.pack("<ii4s", 5, 4, b"wiki"))
+    convert_gguf(model, str(tmp_path / "a.gguf"), "Q4_0", imatrix=path, exclude_weights=["blk.1."], progress=False)
+    with read_gguf(str(tmp_path / "a.gguf")) as g:
+        assert {k: g.value(k) for k in list(g.fields)[-6:]} == {
+            "general.quantization_version": 2, "general.file_type": 2, "quantize.imatrix.file": path,
+            "quantize.imatrix.dataset": "wiki", "quantize.imatrix.entries_count": 1, "quantize.imatrix.chunks_count": 5}
+        assert list(g.fields)[-6:] == ["general.quantization_version", "general.file_type", "quantize.imatrix.file",
+                                       "quantize.imatrix.dataset", "quantize.imatrix.entries_count",
+                                       "quantize.imatrix.chunks_count"]
+    convert_gguf(model, str(tmp_path / "b.gguf"), "Q4_0", imatrix=path, include_weights=["nothing"], progress=False)
+    with read_gguf(str(tmp_path / "b.gguf")) as g:  # every entry filtered out: no imatrix, no keys
+        assert list(g.fields)[-1] == "general.file_type"
+    with pytest.raises(ConvertError, match="cannot be used together"):
+        convert_gguf(model, str(tmp_path / "c.gguf"), "Q4_0", imatrix=path, include_weights=["a"],
+                     exclude_weights=["b"], progress=False)
+
+
+def test_cli_and_inspect(model, tmp_path, capsys):
+    from nbquant.cli import main
+
+    flux = write_synthetic_gguf(str(tmp_path / "flux.gguf"), hidden=256, intermediate=256, layers=1, vocab=32,
+                                arch="flux")
+    assert main(["convert", flux, str(tmp_path / "f.gguf"), "--scheme", "Q8_0", "--quiet"]) == 0
+    assert "architecture 'flux' is unknown to llama.cpp" in capsys.readouterr().err
+    assert main(["convert", flux, str(tmp_path / "f.gguf"), "--scheme", "Q8_0"]) == 1
+    assert capsys.readouterr().err.strip().endswith("the destination exists; pass --overwrite to replace it")
+    assert main(["inspect", str(tmp_path / "f.gguf")]) == 0
+    out = capsys.readouterr().out
+    assert "general.file_type = 7" in out and out.strip().endswith("12 tensors, 0.4 MiB; F32 3, Q8_0 9")
+    assert main(["inspect", str(tmp_path / "missing.gguf")]) == 1
+    assert "cannot read" in capsys.readouterr().err

@@ -24,9 +24,10 @@ import time
 import numpy as np
 
 from nbquant import gguf
-from nbquant.gguf.file import Field, GGUFError, TensorInfo, encode_metadata, read_gguf, type_name
+from nbquant.gguf.file import Field, GGUFError, TensorInfo, encode_metadata, type_name
 from nbquant.gguf.imatrix import read_imatrix
 from nbquant.gguf.policy import ALIASES, SCHEMES, PolicyOptions, choose_types, hyper_from
+from nbquant.gguf.split import open_model
 
 from ..report import Progress, sqnr_db
 from ..safetensors import ConvertError
@@ -146,6 +147,17 @@ def _check_destination(src: str, dst: str, overwrite: bool) -> None:
             raise ConvertError(f"{dst}: the destination exists; pass --overwrite to replace it")
 
 
+def _select(matrix, include: list[str] | None, exclude: list[str] | None):
+    """The matrix's entries kept by ``--include-weights`` / ``--exclude-weights``; None when none is left."""
+    if include and exclude:
+        raise ConvertError("--include-weights and --exclude-weights cannot be used together")
+    if exclude:
+        matrix.entries = {k: v for k, v in matrix.entries.items() if not any(s in k for s in exclude)}
+    if include:
+        matrix.entries = {k: v for k, v in matrix.entries.items() if any(s in k for s in include)}
+    return matrix if matrix.entries else None
+
+
 def _imatrix_fields(path: str, matrix) -> list[Field]:
     fields = [Field.string("quantize.imatrix.file", os.fsencode(path)[:127])]
     if matrix.datasets:
@@ -190,20 +202,25 @@ def _plan(g, scheme: str, opts: PolicyOptions, matrix):
 
 def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *, imatrix: str | None = None,
                  pure: bool = False, output_tensor_type: str | None = None, token_embedding_type: str | None = None,
-                 leave_output_tensor: bool = False, overwrite: bool = False,
+                 leave_output_tensor: bool = False, include_weights: list[str] | None = None,
+                 exclude_weights: list[str] | None = None, overwrite: bool = False,
                  progress: bool | None = None) -> GGUFReport:
     """Quantize the GGUF file ``src`` into ``dst`` as ``llama-quantize src dst SCHEME`` does, byte for byte.
 
     Parameters
     ----------
     src, dst : str or os.PathLike
-        The source GGUF (F32/F16/BF16 tensors) and the output file (replaced only with ``overwrite``).
+        The source GGUF (F32/F16/BF16 tensors; the first part ``NAME-00001-of-0000N.gguf`` of a split model
+        reads all parts) and the output file (replaced only with ``overwrite``).
     scheme : str
         Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M, Q6_K, IQ4_NL, IQ4_XS or MXFP4_MOE.
     imatrix : str, optional
         An importance matrix (GGUF or legacy ``.dat``) as ``--imatrix`` takes it.
     pure, output_tensor_type, token_embedding_type, leave_output_tensor
         llama-quantize's ``--pure``, ``--output-tensor-type``, ``--token-embedding-type``, ``--leave-output-tensor``.
+    include_weights, exclude_weights : list of str, optional
+        llama-quantize's ``--include-weights`` / ``--exclude-weights`` (not both): use the importance matrix only
+        for the tensors whose names contain one of these strings / none of them.
     overwrite : bool
         Replace an existing ``dst``.
     progress : bool, optional
@@ -233,13 +250,11 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
     src, dst = os.fspath(src), os.fspath(dst)
     scheme = _check_options(scheme, output_tensor_type, token_embedding_type)
     try:
-        matrix = None if imatrix is None else read_imatrix(imatrix)
-        g = read_gguf(src)
+        matrix = None if imatrix is None else _select(read_imatrix(imatrix), include_weights, exclude_weights)
+        g = open_model(src)
     except GGUFError as e:
         raise ConvertError(str(e)) from None
     with g:
-        if g.value("split.count", 1) not in (0, 1):
-            raise ConvertError(f"{src}: a split file ({g.value('split.count')} parts); nbquant reads single files")
         _check_destination(src, dst, overwrite)
         opts = PolicyOptions(pure, None if output_tensor_type is None else str(output_tensor_type).upper(),
                              None if token_embedding_type is None else str(token_embedding_type).upper(),
