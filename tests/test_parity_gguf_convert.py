@@ -8,7 +8,9 @@ temporary one). The models are written by gguf-py's ``GGUFWriter`` (the parity e
 * ``llama8``: 8 layers, GQA 4 (8 heads, 2 KV heads), hidden 256, ffn 360 (``ffn_down``'s rows
   of 360 are not a multiple of 32: the fallback to F16, converted from BF16), BF16 weights, F32 norms;
 * ``llama_f16``: 8 layers, no GQA, hidden 512, ffn 352 (``ffn_down``'s rows of 352 do not fit a
-  256-block: the K-quant fallbacks), F16 weights, no ``output`` (the token embedding is tied).
+  256-block: the K-quant fallbacks), F16 weights, no ``output`` (the token embedding is tied);
+* ``moe8``: 8 layers, 8 experts (3-D ``ffn_*_exps`` of rows of 256 and 128, F32 router ``ffn_gate_inp``):
+  MXFP4_MOE's expert tensors, the 8-expert rules, per-expert importance (some experts with a count of 0).
 
 Each scheme runs with and without an importance matrix (GGUF format, as ``llama-imatrix``
 writes it); schemes whose mix holds a type nbquant does not implement yet are skipped, naming it.
@@ -47,8 +49,8 @@ def _weights(rng, rows: int, cols: int) -> np.ndarray:
 
 
 def _write_model(path: Path, hidden: int, ffn: int, heads: int, kv_heads: int, dtype: str, tied: bool,
-                 layers: int = 8, vocab: int = 96) -> list[tuple[str, int]]:
-    """A Llama-shaped GGUF by gguf-py; returns the 2-D weights as (name, row length)."""
+                 layers: int = 8, vocab: int = 96, experts: int = 0) -> list[tuple[str, int, int]]:
+    """A Llama-shaped GGUF by gguf-py (MoE when ``experts``); returns the weights as (name, row length, matrices)."""
     import gguf as peer
 
     rng = np.random.default_rng(hidden + ffn)
@@ -61,35 +63,42 @@ def _write_model(path: Path, hidden: int, ffn: int, heads: int, kv_heads: int, d
     w.add_head_count(heads)
     w.add_head_count_kv(kv_heads)
     w.add_layer_norm_rms_eps(1e-5)
+    if experts:
+        w.add_expert_count(experts)
+        w.add_expert_used_count(2)
     kv = hidden // heads * kv_heads
-    weights = [("token_embd.weight", vocab, hidden)]
+    weights = [("token_embd.weight", vocab, hidden, 1)]
     for i in range(layers):
-        weights += [(f"blk.{i}.attn_q.weight", hidden, hidden), (f"blk.{i}.attn_k.weight", kv, hidden),
-                    (f"blk.{i}.attn_v.weight", kv, hidden), (f"blk.{i}.attn_output.weight", hidden, hidden),
-                    (f"blk.{i}.ffn_gate.weight", ffn, hidden), (f"blk.{i}.ffn_up.weight", ffn, hidden),
-                    (f"blk.{i}.ffn_down.weight", hidden, ffn)]
+        weights += [(f"blk.{i}.attn_q.weight", hidden, hidden, 1), (f"blk.{i}.attn_k.weight", kv, hidden, 1),
+                    (f"blk.{i}.attn_v.weight", kv, hidden, 1), (f"blk.{i}.attn_output.weight", hidden, hidden, 1)]
+        n, tag = (experts, "_exps") if experts else (1, "")
+        weights += [(f"blk.{i}.ffn_gate{tag}.weight", ffn, hidden, n), (f"blk.{i}.ffn_up{tag}.weight", ffn, hidden, n),
+                    (f"blk.{i}.ffn_down{tag}.weight", hidden, ffn, n)]
     if not tied:
-        weights.append(("output.weight", vocab, hidden))
-    for name, rows, cols in weights:
-        x = _weights(rng, rows, cols)
+        weights.append(("output.weight", vocab, hidden, 1))
+    for name, rows, cols, n in weights:
+        shape = (n, rows, cols) if n > 1 else (rows, cols)
+        x = _weights(rng, n * rows, cols).reshape(shape)
         if dtype == "BF16":
             u = x.view(np.uint32)
             b = ((u + (0x7FFF + ((u >> 16) & 1))) >> 16).astype(np.uint16)
-            w.add_tensor(name, b, raw_shape=(rows, cols), raw_dtype=peer.GGMLQuantizationType.BF16)
+            w.add_tensor(name, b, raw_shape=shape, raw_dtype=peer.GGMLQuantizationType.BF16)
         else:
             w.add_tensor(name, x.astype(np.float16))
     for i in range(layers):
         w.add_tensor(f"blk.{i}.attn_norm.weight", (1 + 0.1 * rng.standard_normal(hidden)).astype(np.float32))
         w.add_tensor(f"blk.{i}.ffn_norm.weight", (1 + 0.1 * rng.standard_normal(hidden)).astype(np.float32))
+        if experts:
+            w.add_tensor(f"blk.{i}.ffn_gate_inp.weight", _weights(rng, experts, hidden))
     w.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    return [(name, cols) for name, _, cols in weights]
+    return [(name, cols, n) for name, _, cols, n in weights]
 
 
-def _write_imatrix(path: Path, weights: list[tuple[str, int]]) -> None:
+def _write_imatrix(path: Path, weights: list[tuple[str, int, int]]) -> None:
     """An importance matrix as ``llama-imatrix`` writes it, for every weight but the embedding and the head."""
     import gguf as peer
 
@@ -99,11 +108,12 @@ def _write_imatrix(path: Path, weights: list[tuple[str, int]]) -> None:
     w.add_array("imatrix.datasets", ["parity.txt"])
     w.add_uint32("imatrix.chunk_count", 10)
     w.add_uint32("imatrix.chunk_size", 512)
-    for name, cols in weights:
+    for name, cols, n in weights:
         if name in ("token_embd.weight", "output.weight"):
             continue
-        w.add_tensor(f"{name}.in_sum2", (rng.gamma(2.0, 1.0, (1, cols)) * 5120).astype(np.float32))
-        w.add_tensor(f"{name}.counts", np.full((1, 1), 5120.0, np.float32))
+        counts = rng.integers(0, 3, (n, 1)).astype(np.float32) * 2560  # some experts never routed: count 0
+        w.add_tensor(f"{name}.in_sum2", (rng.gamma(2.0, 1.0, (n, cols)) * 5120).astype(np.float32))
+        w.add_tensor(f"{name}.counts", counts if n > 1 else np.full((1, 1), 5120.0, np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -111,7 +121,8 @@ def _write_imatrix(path: Path, weights: list[tuple[str, int]]) -> None:
 
 
 MODELS = {"llama8": dict(hidden=256, ffn=360, heads=8, kv_heads=2, dtype="BF16", tied=False),
-          "llama_f16": dict(hidden=512, ffn=352, heads=4, kv_heads=4, dtype="F16", tied=True)}
+          "llama_f16": dict(hidden=512, ffn=352, heads=4, kv_heads=4, dtype="F16", tied=True),
+          "moe8": dict(hidden=256, ffn=128, heads=8, kv_heads=8, dtype="BF16", tied=False, experts=8)}
 
 
 @pytest.fixture(scope="module")
