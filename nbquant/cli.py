@@ -365,7 +365,8 @@ def _run_gguf(args: argparse.Namespace) -> int:
                               token_embedding_type=args.token_embedding_type,
                               leave_output_tensor=args.leave_output_tensor, include_weights=args.include_weights,
                               exclude_weights=args.exclude_weights, overwrite=args.overwrite,
-                              progress=False if args.quiet else None)
+                              progress=False if args.quiet else None, workers=args.workers,
+                              check=not args.quiet or args.report is not None)
     except ConvertError as e:
         print(f"nbquant convert: error: {e}", file=sys.stderr)
         return 1

@@ -57,12 +57,24 @@ _IDS = {name: i for i, (name, _, _) in GGML_TYPES.items()}
 
 
 def type_name(tid: int) -> str:
-    """ggml's name of type id ``tid`` (``type_name(12) == "Q4_K"``)."""
+    """ggml's name of type id ``tid``.
+
+    Examples
+    --------
+    >>> type_name(12), type_name(30)
+    ('Q4_K', 'BF16')
+    """
     return GGML_TYPES[tid][0]
 
 
 def type_id(name: str) -> int:
-    """The ggml type id of ``name`` (case-insensitive); ValueError naming the known ones otherwise."""
+    """The ggml type id of ``name`` (case-insensitive); ValueError naming the known ones otherwise.
+
+    Examples
+    --------
+    >>> type_id("q8_0"), type_id("MXFP4")
+    (8, 39)
+    """
     tid = _IDS.get(str(name).upper())
     if tid is None:
         raise ValueError(f"{name!r} is not a ggml type; known: {', '.join(_IDS)}")

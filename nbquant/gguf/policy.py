@@ -27,7 +27,7 @@ Examples
 --------
 >>> names = [("blk.0.attn_v.weight", (256, 64, 1, 1), 30), ("output.weight", (256, 1000, 1, 1), 30)]
 >>> [(c.name, c.type_name) for c in choose_types(names, "Q4_K_M", Hyper("llama", 1, 4, 0))]
-[('blk.0.attn_v.weight', 'Q6_K'), ('output.weight', 'Q6_K')]
+[('output.weight', 'Q6_K'), ('blk.0.attn_v.weight', 'Q6_K')]
 """
 
 from __future__ import annotations
@@ -130,12 +130,26 @@ def _layer_of(name: str) -> int:
 
 
 def tensor_order(names) -> list[str]:
-    """llama-quantize's tensor order: by layer number (-1 outside ``blk.N.``), then by name (bytewise)."""
+    """llama-quantize's tensor order: by layer number (-1 outside ``blk.N.``), then by name (bytewise).
+
+    Examples
+    --------
+    >>> tensor_order(["blk.10.ffn_up.weight", "blk.2.attn_q.weight", "output.weight"])
+    ['output.weight', 'blk.2.attn_q.weight', 'blk.10.ffn_up.weight']
+    """
     return sorted(names, key=lambda n: (_layer_of(n), n.encode("utf-8", "surrogateescape")))
 
 
 def hyper_from(fields_value, names: list[str]) -> Hyper:
-    """The :class:`Hyper` of a file from ``fields_value(key, default)`` (:meth:`GGUFFile.value`) and tensor names."""
+    """The :class:`Hyper` of a file from ``fields_value(key, default)`` (:meth:`GGUFFile.value`) and tensor names.
+
+    Examples
+    --------
+    >>> meta = {"general.architecture": "llama", "llama.block_count": 80, "llama.attention.head_count": 64,
+    ...         "llama.attention.head_count_kv": 8}
+    >>> hyper_from(lambda k, d=None: meta.get(k, d), [])
+    Hyper(arch='llama', n_layer=80, n_gqa=8, n_expert=0, generic=False, seventy_b=True)
+    """
     arch = str(fields_value("general.architecture", ""))
     generic = arch not in KNOWN_ARCHITECTURES
 

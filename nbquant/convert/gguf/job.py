@@ -29,6 +29,7 @@ from nbquant.gguf.imatrix import read_imatrix
 from nbquant.gguf.policy import ALIASES, SCHEMES, PolicyOptions, choose_types, hyper_from
 from nbquant.gguf.split import open_model
 
+from ...threads import thread_limit
 from ..report import Progress, sqnr_db
 from ..safetensors import ConvertError
 from .report import GGUFReport, GGUFTensor
@@ -82,8 +83,8 @@ def _decode(codes: np.ndarray, target: str) -> np.ndarray:
 class _Writer:
     """Writes tensors after the head, padding each to the alignment; tracks the SQNR of the sampled rows."""
 
-    def __init__(self, f, alignment: int) -> None:
-        self.f, self.alignment = f, alignment
+    def __init__(self, f, alignment: int, check: bool) -> None:
+        self.f, self.alignment, self.check = f, alignment, check
 
     def tensor(self, g, info: TensorInfo, target: str, imatrix: np.ndarray | None) -> tuple[float, int]:
         raw = g.tensor_bytes(info.name)
@@ -95,14 +96,14 @@ class _Writer:
             written, signal, noise = self._convert(raw, info, source, target, imatrix)
         del raw
         self.f.write(bytes(-written % self.alignment))
-        return (math.nan if target == source else sqnr_db(signal, noise)), written
+        return (sqnr_db(signal, noise) if target != source and self.check else math.nan), written
 
     def _convert(self, raw, info: TensorInfo, source: str, target: str, imatrix):
         ne0 = info.ne[0]
         rows_per_mat, n_mat = info.ne[1], info.ne[2] * info.ne[3]
         src_row = len(raw) // max(rows_per_mat * n_mat, 1)
         slab = max(1, min(rows_per_mat, SLAB_ELEMENTS // max(ne0, 1)))
-        step = max(1, math.ceil(rows_per_mat * n_mat * ne0 / CHECK_ELEMENTS))
+        step = max(1, math.ceil(rows_per_mat * n_mat * ne0 / CHECK_ELEMENTS)) if self.check else 0
         written, signal, noise = 0, 0.0, 0.0
         for mat in range(n_mat):
             weights = None if imatrix is None else imatrix[mat * ne0:(mat + 1) * ne0]
@@ -113,8 +114,8 @@ class _Writer:
                 codes = _encode(x, target, weights)
                 self.f.write(codes.data)
                 written += codes.nbytes
-                pick = np.arange(-(first + start) % step, stop - start, step)
-                if pick.size:
+                pick = np.arange(-(first + start) % step, stop - start, step) if step else ()
+                if len(pick):
                     ref = x[pick].astype(np.float64)
                     err = _decode(codes[pick], target).astype(np.float64) - ref
                     signal += float(np.einsum("ij,ij->", ref, ref))
@@ -204,7 +205,7 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
                  pure: bool = False, output_tensor_type: str | None = None, token_embedding_type: str | None = None,
                  leave_output_tensor: bool = False, include_weights: list[str] | None = None,
                  exclude_weights: list[str] | None = None, overwrite: bool = False,
-                 progress: bool | None = None) -> GGUFReport:
+                 progress: bool | None = None, check: bool = True, workers: int | None = None) -> GGUFReport:
     """Quantize the GGUF file ``src`` into ``dst`` as ``llama-quantize src dst SCHEME`` does, byte for byte.
 
     Parameters
@@ -225,6 +226,10 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
         Replace an existing ``dst``.
     progress : bool, optional
         Draw a progress bar on stderr (default: when stderr is a terminal).
+    check : bool
+        Compute each converted tensor's SQNR on sampled rows (else NaN in the report).
+    workers : int, optional
+        At most this many threads of the kernels (:func:`nbquant.threads.thread_limit`).
 
     Returns
     -------
@@ -272,9 +277,9 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
         tmp = os.path.join(os.path.dirname(os.path.abspath(dst)), "." + os.path.basename(dst) + ".partial")
         bar = Progress(len(infos), sum(t.nbytes for t in g.tensors.values()), enabled=progress)
         try:
-            with open(tmp, "wb") as f:
+            with open(tmp, "wb") as f, thread_limit(workers):
                 f.write(head)
-                writer = _Writer(f, g.alignment)
+                writer = _Writer(f, g.alignment, check)
                 for c in choices:
                     source = g.tensors[c.name]
                     sqnr, written = writer.tensor(g, source, type_name(c.target), weights.get(c.name))
