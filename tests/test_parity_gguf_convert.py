@@ -187,3 +187,29 @@ def test_options_equal_llama_quantize(llama_quantize, models, tmp_path, option):
     kwargs = {key: option[1] if len(option) > 1 else True}
     convert_gguf(src, ours, "Q4_K_M", progress=False, **kwargs)
     assert theirs.read_bytes() == ours.read_bytes()
+
+
+def _write_legacy_imatrix(path: Path, weights: list[tuple[str, int, int]]) -> None:
+    """The legacy ``.dat`` format: entries of (name, ncall, values), then the chunk count and the dataset name."""
+    rng = np.random.default_rng(11)
+    entries = [(name, cols * n) for name, cols, n in weights if name not in ("token_embd.weight", "output.weight")]
+    raw = [np.int32(len(entries)).tobytes()]
+    for name, size in entries:
+        raw += [np.int32(len(name)).tobytes(), name.encode(), np.array([7, size], "<i4").tobytes(),
+                (rng.gamma(2.0, 1.0, size) * 7).astype("<f4").tobytes()]
+    raw += [np.array([12, 9], "<i4").tobytes(), b"legacy.txt"[:9]]
+    path.write_bytes(b"".join(raw))
+
+
+@pytest.mark.parametrize("scheme", ["Q4_K_M", "IQ4_XS", "Q4_0"])
+def test_legacy_imatrix_equals_llama_quantize(llama_quantize, tmp_path, scheme):
+    src = tmp_path / "m.gguf"
+    weights = _write_model(src, **MODELS["llama8"])
+    matrix = tmp_path / "imatrix.dat"
+    _write_legacy_imatrix(matrix, weights)
+    theirs, ours = tmp_path / "theirs.gguf", tmp_path / "ours.gguf"
+    done = subprocess.run([str(llama_quantize), "--imatrix", str(matrix), str(src), str(theirs), scheme, "2"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    convert_gguf(src, ours, scheme, imatrix=str(matrix), progress=False)
+    assert theirs.read_bytes() == ours.read_bytes()
