@@ -419,3 +419,19 @@ def test_cli_and_inspect(model, tmp_path, capsys):
     assert "general.file_type = 7" in out and out.strip().endswith("12 tensors, 0.4 MiB; F32 3, Q8_0 9")
     assert main(["inspect", str(tmp_path / "missing.gguf")]) == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_writes_never_follow_links_and_failures_leave_nothing(model, tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b"untouched")
+    os.symlink(target, tmp_path / ".q.gguf.partial")  # a stale temporary name that is a link
+    convert_gguf(model, str(tmp_path / "q.gguf"), "Q8_0", progress=False)
+    assert target.read_bytes() == b"untouched" and not os.path.lexists(tmp_path / ".q.gguf.partial")
+    os.symlink(target, tmp_path / "link.gguf")
+    with pytest.raises(ConvertError, match="the destination is a symlink"):
+        convert_gguf(model, str(tmp_path / "link.gguf"), "Q8_0", progress=False, overwrite=True)
+    with pytest.raises(ConvertError, match="does not exist"):
+        convert_gguf(model, str(tmp_path / "no" / "q.gguf"), "Q8_0", progress=False)
+    with pytest.raises(ConvertError, match="requantizing from Q8_0 is disabled"):
+        convert_gguf(str(tmp_path / "q.gguf"), str(tmp_path / "r.gguf"), "Q4_0", progress=False)
+    assert sorted(os.listdir(tmp_path)) == ["elsewhere", "link.gguf", "q.gguf"]

@@ -146,6 +146,16 @@ def _check_destination(src: str, dst: str, overwrite: bool) -> None:
             raise ConvertError(f"{dst}: the destination is the source file")
         if not overwrite:
             raise ConvertError(f"{dst}: the destination exists; pass --overwrite to replace it")
+    folder = os.path.dirname(os.path.abspath(dst))
+    if not os.path.isdir(folder):
+        raise ConvertError(f"{dst}: the folder {folder} does not exist")
+
+
+def _open_partial(tmp: str):
+    """A new file at ``tmp`` (a stale one from an interrupted run removed first), never through a symlink."""
+    if os.path.lexists(tmp):
+        os.remove(tmp)
+    return os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644), "wb")
 
 
 def _select(matrix, include: list[str] | None, exclude: list[str] | None):
@@ -277,7 +287,7 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
         tmp = os.path.join(os.path.dirname(os.path.abspath(dst)), "." + os.path.basename(dst) + ".partial")
         bar = Progress(len(infos), sum(t.nbytes for t in g.tensors.values()), enabled=progress)
         try:
-            with open(tmp, "wb") as f, thread_limit(workers):
+            with _open_partial(tmp) as f, thread_limit(workers):
                 f.write(head)
                 writer = _Writer(f, g.alignment, check)
                 for c in choices:
@@ -290,9 +300,11 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, dst)
-        except BaseException:
-            if os.path.exists(tmp):
+        except BaseException as e:
+            if os.path.lexists(tmp):
                 os.remove(tmp)
+            if isinstance(e, OSError):
+                raise ConvertError(f"{dst}: cannot write: {e.strerror or e}") from None
             raise
         finally:
             bar.close()
