@@ -289,6 +289,18 @@ class GGUFFile:
         start = self.data_offset + info.offset
         return self._view[start:start + info.nbytes]
 
+    def release(self, name: str) -> None:
+        """Drop tensor ``name``'s pages from this process's memory (they stay in the page cache): RSS stays small.
+
+        Whole pages inside the tensor only; a no-op where ``madvise`` is missing.
+        """
+        info = self.tensors[name]
+        page = mmap.PAGESIZE
+        start = self.data_offset + info.offset
+        first, last = -(-start // page) * page, (start + info.nbytes) // page * page
+        if last > first and self._map is not None and hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED, first, last - first)
+
     def close(self) -> None:
         """Release the map (views handed out must be dropped first)."""
         self._view.release()

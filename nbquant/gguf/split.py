@@ -59,6 +59,10 @@ class SplitModel:
         """The read-only bytes of tensor ``name``, in its part's map."""
         return self._owner[name].tensor_bytes(name)
 
+    def release(self, name: str) -> None:
+        """Drop tensor ``name``'s pages from this process's memory (:meth:`GGUFFile.release`)."""
+        self._owner[name].release(name)
+
     def close(self) -> None:
         """Close every part."""
         for f in self.files:

@@ -45,12 +45,17 @@ _SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
 _QNT_VERSION = 2
 
 
-def _to_float32(raw: memoryview, source: str) -> np.ndarray:
+def _to_float32(raw: memoryview, source: str, out: np.ndarray | None = None) -> np.ndarray:
+    """``raw`` (F32, F16 or BF16) as float32, into ``out`` (float32, at least as long) when given."""
     if source == "F32":
         return np.frombuffer(raw, "<f4")
+    n = len(raw) // 2
+    out = np.empty(n, np.float32) if out is None else out[:n]
     if source == "F16":
-        return np.frombuffer(raw, "<f2").astype(np.float32)
-    return (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
+        np.copyto(out, np.frombuffer(raw, "<f2"))
+    else:
+        np.left_shift(np.frombuffer(raw, "<u2"), 16, out=out.view(np.uint32), dtype=np.uint32)
+    return out
 
 
 def _from_float32(x: np.ndarray, target: str) -> np.ndarray:
@@ -85,6 +90,7 @@ class _Writer:
 
     def __init__(self, f, alignment: int, check: bool) -> None:
         self.f, self.alignment, self.check = f, alignment, check
+        self.buffer = np.empty(0, np.float32)
 
     def tensor(self, g, info: TensorInfo, target: str, imatrix: np.ndarray | None) -> tuple[float, int]:
         raw = g.tensor_bytes(info.name)
@@ -95,6 +101,7 @@ class _Writer:
         else:
             written, signal, noise = self._convert(raw, info, source, target, imatrix)
         del raw
+        g.release(info.name)
         self.f.write(bytes(-written % self.alignment))
         return (sqnr_db(signal, noise) if target != source and self.check else math.nan), written
 
@@ -103,6 +110,8 @@ class _Writer:
         rows_per_mat, n_mat = info.ne[1], info.ne[2] * info.ne[3]
         src_row = len(raw) // max(rows_per_mat * n_mat, 1)
         slab = max(1, min(rows_per_mat, SLAB_ELEMENTS // max(ne0, 1)))
+        if self.buffer.size < slab * ne0:
+            self.buffer = np.empty(slab * ne0, np.float32)
         step = max(1, math.ceil(rows_per_mat * n_mat * ne0 / CHECK_ELEMENTS)) if self.check else 0
         written, signal, noise = 0, 0.0, 0.0
         for mat in range(n_mat):
@@ -110,7 +119,8 @@ class _Writer:
             for start in range(0, rows_per_mat, slab):
                 stop = min(rows_per_mat, start + slab)
                 first = mat * rows_per_mat
-                x = _to_float32(raw[(first + start) * src_row:(first + stop) * src_row], source).reshape(-1, ne0)
+                x = _to_float32(raw[(first + start) * src_row:(first + stop) * src_row], source,
+                                self.buffer).reshape(-1, ne0)
                 codes = _encode(x, target, weights)
                 self.f.write(codes.data)
                 written += codes.nbytes
