@@ -435,3 +435,12 @@ def test_writes_never_follow_links_and_failures_leave_nothing(model, tmp_path):
     with pytest.raises(ConvertError, match="requantizing from Q8_0 is disabled"):
         convert_gguf(str(tmp_path / "q.gguf"), str(tmp_path / "r.gguf"), "Q4_0", progress=False)
     assert sorted(os.listdir(tmp_path)) == ["elsewhere", "link.gguf", "q.gguf"]
+
+
+def test_empty_tensor(tmp_path):
+    src = _file(tmp_path, tensors=[("e.weight", [0, 4], BF16), ("w.weight", [32, 2], BF16)], data=bytes(128))
+    convert_gguf(src, str(tmp_path / "q.gguf"), "Q8_0", progress=False)
+    with read_gguf(str(tmp_path / "q.gguf")) as g:
+        assert [(n, t.ne, t.type_id, t.nbytes) for n, t in g.tensors.items()] == [
+            ("e.weight", (0, 4, 1, 1), type_id("Q8_0"), 0), ("w.weight", (32, 2, 1, 1), type_id("Q8_0"), 68)]
+        assert bytes(g.tensor_bytes("w.weight")) == bytes([0, 0] + [0] * 32) * 2

@@ -108,6 +108,8 @@ class _Writer:
     def _convert(self, raw, info: TensorInfo, source: str, target: str, imatrix):
         ne0 = info.ne[0]
         rows_per_mat, n_mat = info.ne[1], info.ne[2] * info.ne[3]
+        if ne0 * rows_per_mat * n_mat == 0:  # an empty tensor: no bytes in either type
+            return 0, 0.0, 0.0
         src_row = len(raw) // max(rows_per_mat * n_mat, 1)
         slab = max(1, min(rows_per_mat, SLAB_ELEMENTS // max(ne0, 1)))
         if self.buffer.size < slab * ne0:
