@@ -213,3 +213,21 @@ def test_legacy_imatrix_equals_llama_quantize(llama_quantize, tmp_path, scheme):
     assert done.returncode == 0, done.stderr[-2000:]
     convert_gguf(src, ours, scheme, imatrix=str(matrix), progress=False)
     assert theirs.read_bytes() == ours.read_bytes()
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_reader_equals_gguf_py(models, model):
+    """nbquant's reader and gguf-py's GGUFReader see the same keys, values, tensor names, shapes, types and bytes."""
+    import gguf as peer
+
+    theirs = peer.GGUFReader(str(models[model]))
+    with read_gguf(models[model]) as g:
+        assert list(g.fields) == [f.name for f in theirs.fields.values() if not f.name.startswith("GGUF.")]
+        for field in theirs.fields.values():
+            if not field.name.startswith("GGUF."):
+                assert g.value(field.name) == field.contents(), field.name
+        assert list(g.tensors) == [t.name for t in theirs.tensors]
+        for t in theirs.tensors:
+            ours = g.tensors[t.name]
+            assert (ours.ne[:len(t.shape)], ours.type_id) == (tuple(int(n) for n in t.shape), int(t.tensor_type))
+            assert bytes(g.tensor_bytes(t.name)) == t.data.tobytes()
