@@ -318,6 +318,17 @@ def _add_convert_parser(sub) -> None:
     convert.add_argument("--scheduler", metavar="ADDRESS",
                          help="a dask.distributed scheduler (tcp://host:8786): write the shards on its workers, which "
                               "share SRC and DST's filesystem (needs nbquant[dask]; see docs/convert.md)")
+    gguf = convert.add_argument_group("GGUF files (SRC ending in .gguf: llama-quantize's output, byte for byte; "
+                                      "--scheme Q4_K_M, Q8_0, ... see docs/convert.md)")
+    gguf.add_argument("--imatrix", metavar="FILE", help="importance matrix (llama-imatrix's GGUF or legacy .dat)")
+    gguf.add_argument("--pure", action="store_true", help="every quantized tensor in the scheme's default type")
+    gguf.add_argument("--output-tensor-type", metavar="TYPE", help="type of output.weight (e.g. Q8_0)")
+    gguf.add_argument("--token-embedding-type", metavar="TYPE", help="type of token_embd.weight")
+    gguf.add_argument("--leave-output-tensor", action="store_true", help="keep output.weight as it is")
+    gguf.add_argument("--include-weights", action="append", metavar="NAME",
+                      help="use the importance matrix only for tensors whose names contain NAME (repeatable)")
+    gguf.add_argument("--exclude-weights", action="append", metavar="NAME",
+                      help="do not use the importance matrix for tensors whose names contain NAME (repeatable)")
     convert.error = functools.partial(_one_line_error, convert)
 
 
@@ -347,7 +358,34 @@ def _convert(args: argparse.Namespace) -> int:
         return 130
 
 
+def _run_gguf(args: argparse.Namespace) -> int:
+    """``nbquant convert IN.gguf OUT.gguf --scheme S``: 0, or 1 with one line on stderr."""
+    from nbquant.convert import ConvertError
+    from nbquant.convert.gguf import convert_gguf, format_gguf_table
+
+    try:
+        report = convert_gguf(args.src, args.dst, args.scheme, imatrix=args.imatrix, pure=args.pure,
+                              output_tensor_type=args.output_tensor_type,
+                              token_embedding_type=args.token_embedding_type,
+                              leave_output_tensor=args.leave_output_tensor, include_weights=args.include_weights,
+                              exclude_weights=args.exclude_weights, overwrite=args.overwrite,
+                              progress=False if args.quiet else None, workers=args.workers,
+                              check=not args.quiet or args.report is not None)
+    except ConvertError as e:
+        print(f"nbquant convert: error: {e}", file=sys.stderr)
+        return 1
+    for note in report.notes:
+        print(f"nbquant convert: {note}", file=sys.stderr)
+    if args.report:
+        report.write(args.report)
+    if not args.quiet:
+        print(format_gguf_table(report))
+    return 0
+
+
 def _run_convert(args: argparse.Namespace) -> int:
+    if args.src.lower().endswith(".gguf"):
+        return _run_gguf(args)
     from nbquant.convert import ConvertError, convert
     from nbquant.convert.arguments import ArgumentError
     from nbquant.convert.report import format_table

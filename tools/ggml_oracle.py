@@ -1,5 +1,8 @@
 """The C oracle of the GGUF parity tests: ggml's own ``ggml_quantize_chunk``, built from source and called by ctypes.
 
+A second target, :func:`build_quantize`, builds the ``llama-quantize`` tool from the same tree
+(about 8-10 minutes on two cores): the file oracle of tests/test_parity_gguf_convert.py.
+
 The source is the llama.cpp tree that the ``llama-cpp-python`` sdist vendors (version
 :data:`SDIST_VERSION`, which vendors ggml-org/llama.cpp@0c1e57098). Only the cmake
 target ``ggml-base`` is built (about 30 s on two cores), with cmake's default flags:
@@ -13,6 +16,7 @@ step is skipped when its output is already there.
 Usage::
 
     python tools/ggml_oracle.py            # build (or find) the library, print its path
+    python tools/ggml_oracle.py quantize   # build (or find) llama-quantize, print its path
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["SDIST_VERSION", "build_library", "GgmlOracle"]
+__all__ = ["SDIST_VERSION", "build_library", "build_quantize", "GgmlOracle"]
 
 #: The ``llama-cpp-python`` sdist whose vendored llama.cpp is the reference.
 SDIST_VERSION = "0.3.36"
@@ -48,19 +52,14 @@ def _cmake() -> str:
     return str(beside) if beside.exists() else (shutil.which("cmake") or "cmake")
 
 
-def build_library(cache: str | os.PathLike | None = None) -> Path:
-    """Download, extract and build ``libggml-base.so`` into ``cache``; return the library's path.
+def _cache(cache: str | os.PathLike | None) -> Path:
+    folder = Path(cache or os.environ.get("NBQUANT_GGML_ORACLE_DIR") or tempfile.mkdtemp(prefix="ggml-oracle-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
-    Parameters
-    ----------
-    cache : path-like, optional
-        The cache folder (default: ``$NBQUANT_GGML_ORACLE_DIR``, else a new temporary folder).
-    """
-    cache = Path(cache or os.environ.get("NBQUANT_GGML_ORACLE_DIR") or tempfile.mkdtemp(prefix="ggml-oracle-"))
-    cache.mkdir(parents=True, exist_ok=True)
-    library = cache / "build" / "bin" / "libggml-base.so"
-    if library.exists():
-        return library
+
+def _source(cache: Path) -> Path:
+    """The vendored llama.cpp tree of the sdist, downloaded and extracted into ``cache`` when missing."""
     sdist = cache / f"{_NAME}.tar.gz"
     if not sdist.exists():
         _run([sys.executable, "-m", "pip", "download", "--no-binary", "llama-cpp-python", "--no-deps",
@@ -69,12 +68,48 @@ def build_library(cache: str | os.PathLike | None = None) -> Path:
     if not source.exists():
         with tarfile.open(sdist) as tar:
             tar.extractall(cache, filter="data")
-    _run([_cmake(), "-S", str(source), "-B", str(cache / "build"), "-DCMAKE_BUILD_TYPE=Release",
-          "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF",
+    return source
+
+
+def _build(cache: Path, build: str, target: str, tools: bool) -> None:
+    _run([_cmake(), "-S", str(_source(cache)), "-B", str(cache / build), "-DCMAKE_BUILD_TYPE=Release",
+          "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", f"-DLLAMA_BUILD_TOOLS={'ON' if tools else 'OFF'}",
           "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF"], cache)
-    _run([_cmake(), "--build", str(cache / "build"), "--target", "ggml-base", "--parallel", str(os.cpu_count() or 1)],
+    _run([_cmake(), "--build", str(cache / build), "--target", target, "--parallel", str(os.cpu_count() or 1)],
          cache)
+
+
+def build_library(cache: str | os.PathLike | None = None) -> Path:
+    """Download, extract and build ``libggml-base.so`` into ``cache``; return the library's path.
+
+    Parameters
+    ----------
+    cache : path-like, optional
+        The cache folder (default: ``$NBQUANT_GGML_ORACLE_DIR``, else a new temporary folder).
+    """
+    cache = _cache(cache)
+    library = cache / "build" / "bin" / "libggml-base.so"
+    if not library.exists():
+        _build(cache, "build", "ggml-base", tools=False)
     return library
+
+
+def build_quantize(cache: str | os.PathLike | None = None) -> Path:
+    """Download, extract and build the ``llama-quantize`` tool into ``cache``; return the executable's path.
+
+    Cmake's default flags (the same reference build as :func:`build_library`); only the
+    ``llama-quantize`` target and what it links (ggml, llama, common) are compiled.
+
+    Parameters
+    ----------
+    cache : path-like, optional
+        The cache folder (default: ``$NBQUANT_GGML_ORACLE_DIR``, else a new temporary folder).
+    """
+    cache = _cache(cache)
+    tool = cache / "build-tools" / "bin" / "llama-quantize"
+    if not tool.exists():
+        _build(cache, "build-tools", "llama-quantize", tools=True)
+    return tool
 
 
 class GgmlOracle:
@@ -113,4 +148,4 @@ class GgmlOracle:
 
 
 if __name__ == "__main__":
-    print(build_library())
+    print(build_quantize() if sys.argv[1:] == ["quantize"] else build_library())

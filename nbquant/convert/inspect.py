@@ -333,6 +333,17 @@ def run(path: str, as_json: bool = False, group: bool = True) -> int:
     >>> run(tempfile.mkdtemp() + "/missing")  # prints to stderr
     1
     """
+    if path.lower().endswith(".gguf"):  # a GGUF file: nbquant.convert.gguf.inspect
+        from nbquant.gguf.file import GGUFError
+
+        from .gguf.inspect import format_gguf_inspection, inspect_gguf
+        try:
+            data = inspect_gguf(path)
+        except GGUFError as e:
+            print(f"nbquant inspect: error: {e}", file=sys.stderr)
+            return 1
+        print(json.dumps(data, indent=1) if as_json else format_gguf_inspection(data))
+        return 0
     try:
         data = inspect_checkpoint(path)
     except ConvertError as e:

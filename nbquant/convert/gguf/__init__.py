@@ -1,0 +1,12 @@
+"""``nbquant convert`` for GGUF files: llama-quantize's output, byte for byte, without a C build.
+
+See :func:`convert_gguf` and docs/convert.md ("GGUF files").
+"""
+
+from __future__ import annotations
+
+from .job import convert_gguf
+from .report import GGUFReport, GGUFTensor, format_gguf_table
+from .synthetic import write_synthetic_gguf
+
+__all__ = ["convert_gguf", "GGUFReport", "GGUFTensor", "format_gguf_table", "write_synthetic_gguf"]

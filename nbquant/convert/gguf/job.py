@@ -1,0 +1,325 @@
+"""``nbquant convert IN.gguf OUT.gguf --scheme Q4_K_M``: the file llama.cpp's ``llama-quantize`` writes.
+
+The job reads the source memory-mapped (:mod:`nbquant.gguf.file`), picks each tensor's type by
+llama-quantize's rules (:mod:`nbquant.gguf.policy`), and writes the output under a temporary
+name beside it (``.NAME.partial``), renamed over ``dst`` once complete and synced:
+
+* metadata: the source's keys in order without the ``split.*`` keys, then
+  ``general.quantization_version`` (2) and ``general.file_type`` (the scheme's ``llama_ftype``)
+  moved to the end, then, with an importance matrix, ``quantize.imatrix.file`` (the path as
+  given, cut to 127 bytes), ``quantize.imatrix.dataset``, ``quantize.imatrix.entries_count`` and
+  ``quantize.imatrix.chunks_count``;
+* tensors in llama-quantize's order, each padded with zeros to the alignment (32 bytes, or the
+  source's ``general.alignment``); a tensor whose type does not change is copied byte for byte.
+
+Memory stays bounded by a slab of rows (:data:`SLAB_ELEMENTS` float32 values) and its codes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import numpy as np
+
+from nbquant import gguf
+from nbquant.gguf.file import Field, GGUFError, TensorInfo, encode_metadata, type_name
+from nbquant.gguf.imatrix import read_imatrix
+from nbquant.gguf.policy import ALIASES, SCHEMES, PolicyOptions, choose_types, hyper_from
+from nbquant.gguf.split import open_model
+
+from ...threads import thread_limit
+from ..report import Progress, sqnr_db
+from ..safetensors import ConvertError
+from .report import GGUFReport, GGUFTensor
+
+__all__ = ["convert_gguf", "SLAB_ELEMENTS"]
+
+#: Values converted to float32 at a time.
+SLAB_ELEMENTS = 1 << 24
+#: Values checked for the SQNR of each tensor (every k-th row).
+CHECK_ELEMENTS = 1 << 20
+_FLOAT_SOURCES = ("F32", "F16", "BF16")
+_SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
+_QNT_VERSION = 2
+
+
+def _to_float32(raw: memoryview, source: str, out: np.ndarray | None = None) -> np.ndarray:
+    """``raw`` (F32, F16 or BF16) as float32, into ``out`` (float32, at least as long) when given."""
+    if source == "F32":
+        return np.frombuffer(raw, "<f4")
+    n = len(raw) // 2
+    out = np.empty(n, np.float32) if out is None else out[:n]
+    if source == "F16":
+        np.copyto(out, np.frombuffer(raw, "<f2"))
+    else:
+        np.left_shift(np.frombuffer(raw, "<u2"), 16, out=out.view(np.uint32), dtype=np.uint32)
+    return out
+
+
+def _from_float32(x: np.ndarray, target: str) -> np.ndarray:
+    """``x`` in a float target as ggml's ``ggml_quantize_chunk`` writes it (RNE; ggml's NaN encodings)."""
+    u = x.view(np.uint32)
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    if target == "F32":
+        return x.view(np.uint8)
+    if target == "F16":
+        h = x.astype(np.float16).view(np.uint16)
+        h = np.where(nan, (u >> 16).astype(np.uint16) & 0x8000 | 0x7E00, h)
+        return h.astype("<u2").view(np.uint8)
+    b = ((u + (0x7FFF + ((u >> 16) & 1))) >> 16).astype(np.uint16)
+    b = np.where(nan, ((u >> 16) | 64).astype(np.uint16), b)
+    return b.astype("<u2").view(np.uint8)
+
+
+def _encode(x: np.ndarray, target: str, imatrix: np.ndarray | None) -> np.ndarray:
+    if target in _FLOAT_SOURCES:
+        return _from_float32(np.ascontiguousarray(x), target).reshape(x.shape[0], -1)
+    return gguf.quantize(x, target, imatrix=imatrix)
+
+
+def _decode(codes: np.ndarray, target: str) -> np.ndarray:
+    if target in _FLOAT_SOURCES:
+        return _to_float32(memoryview(np.ascontiguousarray(codes)).cast("B"), target).reshape(codes.shape[0], -1)
+    return gguf.dequantize(codes, target)
+
+
+class _Writer:
+    """Writes tensors after the head, padding each to the alignment; tracks the SQNR of the sampled rows."""
+
+    def __init__(self, f, alignment: int, check: bool) -> None:
+        self.f, self.alignment, self.check = f, alignment, check
+        self.buffer = np.empty(0, np.float32)
+
+    def tensor(self, g, info: TensorInfo, target: str, imatrix: np.ndarray | None) -> tuple[float, int]:
+        raw = g.tensor_bytes(info.name)
+        source = type_name(info.type_id)
+        if target == source:
+            self.f.write(raw)
+            written = len(raw)
+        else:
+            written, signal, noise = self._convert(raw, info, source, target, imatrix)
+        del raw
+        g.release(info.name)
+        self.f.write(bytes(-written % self.alignment))
+        return (sqnr_db(signal, noise) if target != source and self.check else math.nan), written
+
+    def _convert(self, raw, info: TensorInfo, source: str, target: str, imatrix):
+        ne0 = info.ne[0]
+        rows_per_mat, n_mat = info.ne[1], info.ne[2] * info.ne[3]
+        if ne0 * rows_per_mat * n_mat == 0:  # an empty tensor: no bytes in either type
+            return 0, 0.0, 0.0
+        src_row = len(raw) // max(rows_per_mat * n_mat, 1)
+        slab = max(1, min(rows_per_mat, SLAB_ELEMENTS // max(ne0, 1)))
+        if self.buffer.size < slab * ne0:
+            self.buffer = np.empty(slab * ne0, np.float32)
+        step = max(1, math.ceil(rows_per_mat * n_mat * ne0 / CHECK_ELEMENTS)) if self.check else 0
+        written, signal, noise = 0, 0.0, 0.0
+        for mat in range(n_mat):
+            weights = None if imatrix is None else imatrix[mat * ne0:(mat + 1) * ne0]
+            for start in range(0, rows_per_mat, slab):
+                stop = min(rows_per_mat, start + slab)
+                first = mat * rows_per_mat
+                x = _to_float32(raw[(first + start) * src_row:(first + stop) * src_row], source,
+                                self.buffer).reshape(-1, ne0)
+                codes = _encode(x, target, weights)
+                self.f.write(codes.data)
+                written += codes.nbytes
+                pick = np.arange(-(first + start) % step, stop - start, step) if step else ()
+                if len(pick):
+                    ref = x[pick].astype(np.float64)
+                    err = _decode(codes[pick], target).astype(np.float64) - ref
+                    signal += float(np.einsum("ij,ij->", ref, ref))
+                    noise += float(np.einsum("ij,ij->", err, err))
+                del x, codes
+        return written, signal, noise
+
+
+def _check_options(scheme: str, output_tensor_type, token_embedding_type) -> str:
+    scheme = ALIASES.get(str(scheme).upper(), str(scheme).upper())
+    if scheme not in SCHEMES:
+        raise ConvertError(f"scheme {scheme!r} is not a GGUF scheme; choose one of {', '.join(SCHEMES)}")
+    for flag, value in (("--output-tensor-type", output_tensor_type),
+                        ("--token-embedding-type", token_embedding_type)):
+        if value is not None and str(value).upper() not in gguf.implemented_formats() + _FLOAT_SOURCES:
+            raise ConvertError(f"{flag} {value!r}: nbquant writes {', '.join(gguf.implemented_formats())}, "
+                               f"{', '.join(_FLOAT_SOURCES)}")
+    return scheme
+
+
+def _check_destination(src: str, dst: str, overwrite: bool) -> None:
+    if os.path.islink(dst):
+        raise ConvertError(f"{dst}: the destination is a symlink; nbquant does not write through links")
+    if os.path.isdir(dst):
+        raise ConvertError(f"{dst}: the destination is a folder; give the output file's name")
+    if os.path.exists(dst):
+        if os.path.samefile(src, dst):
+            raise ConvertError(f"{dst}: the destination is the source file")
+        if not overwrite:
+            raise ConvertError(f"{dst}: the destination exists; pass --overwrite to replace it")
+    folder = os.path.dirname(os.path.abspath(dst))
+    if not os.path.isdir(folder):
+        raise ConvertError(f"{dst}: the folder {folder} does not exist")
+
+
+def _open_partial(tmp: str):
+    """A new file at ``tmp`` (a stale one from an interrupted run removed first), never through a symlink."""
+    if os.path.lexists(tmp):
+        os.remove(tmp)
+    return os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644), "wb")
+
+
+def _select(matrix, include: list[str] | None, exclude: list[str] | None):
+    """The matrix's entries kept by ``--include-weights`` / ``--exclude-weights``; None when none is left."""
+    if include and exclude:
+        raise ConvertError("--include-weights and --exclude-weights cannot be used together")
+    if exclude:
+        matrix.entries = {k: v for k, v in matrix.entries.items() if not any(s in k for s in exclude)}
+    if include:
+        matrix.entries = {k: v for k, v in matrix.entries.items() if any(s in k for s in include)}
+    return matrix if matrix.entries else None
+
+
+def _imatrix_fields(path: str, matrix) -> list[Field]:
+    fields = [Field.string("quantize.imatrix.file", os.fsencode(path)[:127])]
+    if matrix.datasets:
+        fields.append(Field.string("quantize.imatrix.dataset", matrix.datasets[0].encode()[:127]))
+    fields.append(Field.u32("quantize.imatrix.entries_count", len(matrix.entries) & 0xFFFFFFFF))
+    if matrix.chunk_count > 0:
+        fields.append(Field.u32("quantize.imatrix.chunks_count", matrix.chunk_count & 0xFFFFFFFF))
+    return fields
+
+
+def _plan(g, scheme: str, opts: PolicyOptions, matrix):
+    """The choices, output tensor infos and imatrix slices, with every refusal before anything is written."""
+    hyper = hyper_from(g.value, list(g.tensors))
+    try:
+        choices = choose_types(((t.name, t.ne, t.type_id) for t in g.tensors.values()), scheme, hyper, opts)
+    except ValueError as e:
+        raise ConvertError(f"{g.path}: {e}") from None
+    infos, weights, offset = [], {}, 0
+    for c in choices:
+        info = g.tensors[c.name]
+        source, target = type_name(c.source), type_name(c.target)
+        if c.source != c.target:
+            if source not in _FLOAT_SOURCES:
+                raise ConvertError(f"{g.path}: {c.name} is {source}; requantizing from {source} is disabled")
+            if target not in gguf.implemented_formats() + _FLOAT_SOURCES:
+                raise ConvertError(f"{c.name}: {scheme} gives it {target}, which nbquant does not implement yet "
+                                   f"(it writes {', '.join(gguf.implemented_formats())})")
+            entry = None if matrix is None else matrix.entries.get(c.name)
+            if entry is not None and entry.size != info.ne[0] * info.ne[2]:
+                if c.name not in ("token_embd.weight", "per_layer_token_embd.weight"):
+                    raise ConvertError(f"imatrix size {entry.size} is different from tensor size "
+                                       f"{info.ne[0] * info.ne[2]} for {c.name}")
+                entry = None
+            if entry is not None and (entry < 0).any():
+                raise ConvertError(f"{c.name}: the importance matrix holds negative weights")
+            weights[c.name] = entry
+        out = TensorInfo(c.name, info.ne, c.target, offset)
+        infos.append(out)
+        offset += out.nbytes + (-out.nbytes % g.alignment)
+    return hyper, choices, infos, weights
+
+
+def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *, imatrix: str | None = None,
+                 pure: bool = False, output_tensor_type: str | None = None, token_embedding_type: str | None = None,
+                 leave_output_tensor: bool = False, include_weights: list[str] | None = None,
+                 exclude_weights: list[str] | None = None, overwrite: bool = False,
+                 progress: bool | None = None, check: bool = True, workers: int | None = None) -> GGUFReport:
+    """Quantize the GGUF file ``src`` into ``dst`` as ``llama-quantize src dst SCHEME`` does, byte for byte.
+
+    Parameters
+    ----------
+    src, dst : str or os.PathLike
+        The source GGUF (F32/F16/BF16 tensors; the first part ``NAME-00001-of-0000N.gguf`` of a split model
+        reads all parts) and the output file (replaced only with ``overwrite``).
+    scheme : str
+        Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M, Q6_K, IQ4_NL, IQ4_XS or MXFP4_MOE.
+    imatrix : str, optional
+        An importance matrix (GGUF or legacy ``.dat``) as ``--imatrix`` takes it.
+    pure, output_tensor_type, token_embedding_type, leave_output_tensor
+        llama-quantize's ``--pure``, ``--output-tensor-type``, ``--token-embedding-type``, ``--leave-output-tensor``.
+    include_weights, exclude_weights : list of str, optional
+        llama-quantize's ``--include-weights`` / ``--exclude-weights`` (not both): use the importance matrix only
+        for the tensors whose names contain one of these strings / none of them.
+    overwrite : bool
+        Replace an existing ``dst``.
+    progress : bool, optional
+        Draw a progress bar on stderr (default: when stderr is a terminal).
+    check : bool
+        Compute each converted tensor's SQNR on sampled rows (else NaN in the report).
+    workers : int, optional
+        At most this many threads of the kernels (:func:`nbquant.threads.thread_limit`).
+
+    Returns
+    -------
+    GGUFReport
+        Each tensor's type, reason and SQNR.
+
+    Raises
+    ------
+    ConvertError
+        One line naming the file or tensor; nothing is left at ``dst`` (nor a partial file).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from nbquant.convert.gguf import write_synthetic_gguf
+    >>> d = tempfile.mkdtemp()
+    >>> _ = write_synthetic_gguf(os.path.join(d, "m.gguf"), hidden=256, intermediate=512, layers=2, vocab=64)
+    >>> r = convert_gguf(os.path.join(d, "m.gguf"), os.path.join(d, "q.gguf"), "Q8_0", progress=False)
+    >>> sorted({t.target for t in r.tensors})
+    ['F32', 'Q8_0']
+    """
+    start = time.perf_counter()
+    src, dst = os.fspath(src), os.fspath(dst)
+    scheme = _check_options(scheme, output_tensor_type, token_embedding_type)
+    try:
+        matrix = None if imatrix is None else _select(read_imatrix(imatrix), include_weights, exclude_weights)
+        g = open_model(src)
+    except GGUFError as e:
+        raise ConvertError(str(e)) from None
+    with g:
+        _check_destination(src, dst, overwrite)
+        opts = PolicyOptions(pure, None if output_tensor_type is None else str(output_tensor_type).upper(),
+                             None if token_embedding_type is None else str(token_embedding_type).upper(),
+                             not leave_output_tensor, matrix is not None)
+        hyper, choices, infos, weights = _plan(g, scheme, opts, matrix)
+        fields = [f for f in g.fields.values() if f.key not in _SPLIT_KEYS]
+        fields += [Field.u32("general.quantization_version", _QNT_VERSION),
+                   Field.u32("general.file_type", SCHEMES[scheme][0])]
+        fields += [] if matrix is None else _imatrix_fields(imatrix, matrix)
+        report = GGUFReport(scheme, src, dst, hyper.arch)
+        if hyper.generic:
+            report.notes.append(f"architecture {hyper.arch!r} is unknown to llama.cpp (llama-quantize refuses it): "
+                                "nbquant's generic policy applied (see docs/convert.md)")
+        head = encode_metadata(fields, infos, g.alignment)
+        tmp = os.path.join(os.path.dirname(os.path.abspath(dst)), "." + os.path.basename(dst) + ".partial")
+        bar = Progress(len(infos), sum(t.nbytes for t in g.tensors.values()), enabled=progress)
+        try:
+            with _open_partial(tmp) as f, thread_limit(workers):
+                f.write(head)
+                writer = _Writer(f, g.alignment, check)
+                for c in choices:
+                    source = g.tensors[c.name]
+                    sqnr, written = writer.tensor(g, source, type_name(c.target), weights.get(c.name))
+                    report.tensors.append(GGUFTensor(c.name, source.shape, type_name(c.source), type_name(c.target),
+                                                     c.reason if c.source != c.target else f"copied ({c.reason})",
+                                                     sqnr, source.nbytes, written))
+                    bar.update(source.nbytes)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, dst)
+        except BaseException as e:
+            if os.path.lexists(tmp):
+                os.remove(tmp)
+            if isinstance(e, OSError):
+                raise ConvertError(f"{dst}: cannot write: {e.strerror or e}") from None
+            raise
+        finally:
+            bar.close()
+    report.seconds = time.perf_counter() - start
+    return report
+
