@@ -1,8 +1,9 @@
 """GGUF convert parity: ``nbquant convert IN.gguf OUT.gguf --scheme S`` writes llama-quantize's file, byte for byte.
 
 The peer is ``llama-quantize`` built from the llama.cpp the ``llama-cpp-python`` 0.3.36
-sdist vendors (``tools/ggml_oracle.py``, :func:`build_quantize`: cmake defaults, only that
-target; about 8-10 minutes on two cores; cache folder ``$NBQUANT_GGML_ORACLE_DIR`` or a
+sdist vendors (``tools/ggml_oracle.py``, :func:`build_quantize`: cmake's Release flags for the C
+of ggml, where the quantizers are, and ``-O0`` for the C++ of llama, common and the tool, which
+builds faster and writes the same bytes; only that target; cache folder ``$NBQUANT_GGML_ORACLE_DIR`` or a
 temporary one). The models are written by gguf-py's ``GGUFWriter`` (the parity environment):
 
 * ``llama8``: 8 layers, GQA 4 (8 heads, 2 KV heads), hidden 256, ffn 360 (``ffn_down``'s rows
@@ -41,7 +42,7 @@ def llama_quantize():
     spec = importlib.util.spec_from_file_location("ggml_oracle", _ORACLE)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.build_quantize()
+    return mod.build_quantize(optimized=False)  # the C++ at -O0: same bytes, a faster build (its docstring)
 
 
 def _weights(rng, rows: int, cols: int) -> np.ndarray:

@@ -71,10 +71,10 @@ def _source(cache: Path) -> Path:
     return source
 
 
-def _build(cache: Path, build: str, target: str, tools: bool) -> None:
+def _build(cache: Path, build: str, target: str, tools: bool, extra: tuple[str, ...] = ()) -> None:
     _run([_cmake(), "-S", str(_source(cache)), "-B", str(cache / build), "-DCMAKE_BUILD_TYPE=Release",
           "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", f"-DLLAMA_BUILD_TOOLS={'ON' if tools else 'OFF'}",
-          "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF"], cache)
+          "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", *extra], cache)
     _run([_cmake(), "--build", str(cache / build), "--target", target, "--parallel", str(os.cpu_count() or 1)],
          cache)
 
@@ -94,7 +94,7 @@ def build_library(cache: str | os.PathLike | None = None) -> Path:
     return library
 
 
-def build_quantize(cache: str | os.PathLike | None = None) -> Path:
+def build_quantize(cache: str | os.PathLike | None = None, *, optimized: bool = True) -> Path:
     """Download, extract and build the ``llama-quantize`` tool into ``cache``; return the executable's path.
 
     Cmake's default flags (the same reference build as :func:`build_library`); only the
@@ -104,11 +104,18 @@ def build_quantize(cache: str | os.PathLike | None = None) -> Path:
     ----------
     cache : path-like, optional
         The cache folder (default: ``$NBQUANT_GGML_ORACLE_DIR``, else a new temporary folder).
+    optimized : bool
+        True: cmake's Release flags everywhere (the build to time). False (the parity tests): the C++ (llama,
+        common, the tool; file layout and type choice, no quantizer) compiled at ``-O0``, which builds
+        several times faster; the C of ggml, where every quantizer is, keeps the Release flags, so the files
+        it writes are the reference build's bytes.
     """
     cache = _cache(cache)
-    tool = cache / "build-tools" / "bin" / "llama-quantize"
+    build = "build-tools" if optimized else "build-tools-cxx-O0"
+    tool = cache / build / "bin" / "llama-quantize"
     if not tool.exists():
-        _build(cache, "build-tools", "llama-quantize", tools=True)
+        extra = () if optimized else ("-DCMAKE_CXX_FLAGS_RELEASE=-O0 -DNDEBUG",)
+        _build(cache, build, "llama-quantize", tools=True, extra=extra)
     return tool
 
 
