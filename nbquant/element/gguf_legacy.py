@@ -138,7 +138,8 @@ def _pack(x, c, rec, o, nmax, inv, searched, low, asym):
 def _asym(x, c, rec, o, top, qw, use_qw, sigma2):
     """Q4_1 (``top`` 15) or Q5_1 (31)."""
     if use_qw:
-        d, m, inv, low = kx_search(x, qw, c, sigma2, W_SIGMA, top, np.float32(-0.9), np.float32(0.05), 36, True)
+        d, m, inv, low = kx_search(x, qw, c, 32, sigma2, W_SIGMA, top, np.float32(-0.9), np.float32(0.05), 36, True,
+                                  False)
     else:
         m = _FLT_MAX
         hi = -_FLT_MAX
