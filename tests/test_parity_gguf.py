@@ -69,6 +69,9 @@ def _crafted() -> np.ndarray:
     x[6, 66:70] = 1.0
     x[7, 128:144] = 0.0                                    # an all-zero 16-value sub-block (Q6_K)
     x[8, 128:160] = 2.5                                    # a constant sub-block
+    x[8, 160:176] = -1.25                                  # a constant negative 16-value sub-block (Q2_K: flat)
+    x[9] = rng.integers(-3, 4, 256)                        # ties everywhere (few distinct values)
+    x[10, :128] = np.repeat(rng.integers(-2, 3, 8), 16) * 0.5  # sub-blocks of one value each
     return x
 
 

@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
-from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16
+from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16, sum_squares
 from .gguf_iq4 import IQ4_XS, iq4_dequantize_block, iq4_xs_block
 from .gguf_q2k import Q2_K, Q2K_SCRATCH, q2k_dequantize_block, q2k_quantize_block
 from .gguf_q3k import Q3_K, Q3K_SCRATCH, q3k_dequantize_block, q3k_quantize_block
@@ -54,13 +54,7 @@ def _scale_min(rec, o, j):
 @element_function
 def _kmin_scales(x, c, qw, use_qw, top, fs):
     """Sub-block searches of Q4_K/Q5_K: scales fs[0:8], mins fs[8:16], codes' iscale/low fs[16:32]; (d, dmin)."""
-    sigma2 = np.float32(0.0)
-    if use_qw:
-        s = np.float32(0.0)
-        for i in range(256):
-            v = np.float32(x[c + i])
-            s = s + mul_f32(v, v)
-        sigma2 = mul_f32(np.float32(2.0), s) / np.float32(256.0)
+    sigma2 = mul_f32(np.float32(2.0), sum_squares(x, c, 256)) / np.float32(256.0) if use_qw else np.float32(0.0)
     max_scale = np.float32(0.0)
     max_min = np.float32(0.0)
     for j in range(8):

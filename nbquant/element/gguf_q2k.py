@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
-from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16
+from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16, sum_squares
 from .gguf_search import W_AVX, W_SIGMA, kx_code, kx_search, qp_search, search_weight
 
 __all__ = ["Q2_K", "Q2K_SCRATCH", "q2k_quantize_block", "q2k_dequantize_block"]
@@ -32,13 +32,7 @@ Q2K_SCRATCH = 144
 @element_function
 def _sub_blocks(x, c, qw, use_qw, fs):
     """The sixteen sub-block searches into ``fs[0:80]``; returns the largest scale and minimum."""
-    sigma2 = np.float32(0.0)
-    if use_qw:
-        s = np.float32(0.0)
-        for i in range(256):
-            v = np.float32(x[c + i])
-            s = s + mul_f32(v, v)
-        sigma2 = s / np.float32(256.0)
+    sigma2 = sum_squares(x, c, 256) / np.float32(256.0) if use_qw else np.float32(0.0)
     max_scale = np.float32(0.0)
     max_min = np.float32(0.0)
     for j in range(16):

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
-from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16
+from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16, sum_squares
 from .gguf_search import W_DIRECT, W_SIGMA, qx_code, qx_search
 
 __all__ = ["Q3_K", "Q3K_SCRATCH", "q3k_quantize_block", "q3k_dequantize_block"]
@@ -109,11 +109,7 @@ def q3k_quantize_block(x, c, rec, o, qw, use_qw, fs):
     for k in range(12):
         rec[so + k] = np.uint8(0)
     if use_qw:
-        s = np.float32(0.0)
-        for i in range(256):
-            v = np.float32(x[c + i])
-            s = s + mul_f32(v, v)
-        sigma2 = mul_f32(np.float32(2.0), s) / np.float32(256.0)
+        sigma2 = mul_f32(np.float32(2.0), sum_squares(x, c, 256)) / np.float32(256.0)
         for j in range(16):
             sw = np.float32(0.0)
             for i in range(16):

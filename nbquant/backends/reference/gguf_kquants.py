@@ -10,7 +10,7 @@ import numpy as np
 
 from .gguf import f16_bytes, f16_values, kx_codes, nearest_int, qx_codes, seq_sum
 
-__all__ = ["kquant_quantize", "kquant_dequantize", "qp_codes"]
+__all__ = ["kquant_quantize", "kquant_dequantize", "qp_codes", "super_block_rows"]
 
 _F = np.float32
 _EPS = _F(1e-15)
@@ -151,11 +151,19 @@ def _q6k(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
 
 def kquant_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
     """Records (rows, n / 256 * type_size) of ``x`` (rows, n) float32 in ggml type ``kind`` (12, 13 or 14)."""
+    return super_block_rows(lambda b, qw: _q6k(b, qw) if kind == 14 else _kmin(b, qw, 15 if kind == 12 else 31),
+                            x, imatrix, type_size)
+
+
+def super_block_rows(records, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
+    """``records(blocks, qw)`` over the super-blocks of ``x`` (rows, n), reshaped to rows (rows, n / 256 * type_size).
+
+    ``blocks`` is (super-blocks, 256) and ``qw`` the importance of each of their values, or None.
+    """
     rows, n = x.shape
-    blocks = x.reshape(-1, 256)
     qw = None if imatrix is None else np.tile(imatrix.reshape(-1, 256), (rows, 1))
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # C's inf/NaN arithmetic, kept as is
-        out = _q6k(blocks, qw) if kind == 14 else _kmin(blocks, qw, 15 if kind == 12 else 31)
+        out = records(x.reshape(-1, 256), qw)
     return out.reshape(rows, n // 256 * type_size)
 
 

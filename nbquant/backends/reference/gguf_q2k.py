@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .gguf import f16_bytes, f16_values, kx_codes, nearest_int, seq_sum
-from .gguf_kquants import qp_codes
+from .gguf_kquants import qp_codes, super_block_rows
 
 __all__ = ["q2k_quantize", "q2k_dequantize"]
 
@@ -55,11 +55,7 @@ def _blocks(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
 
 def q2k_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
     """Q2_K records (rows, n / 256 * 84) of ``x`` (rows, n) float32; ``imatrix`` (n,) or None."""
-    rows, n = x.shape
-    qw = None if imatrix is None else np.tile(imatrix.reshape(-1, 256), (rows, 1))
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # C's inf/NaN arithmetic, kept as is
-        out = _blocks(x.reshape(-1, 256), qw)
-    return out.reshape(rows, n // 256 * type_size)
+    return super_block_rows(_blocks, x, imatrix, type_size)
 
 
 def q2k_dequantize(kind: int, data: np.ndarray, type_size: int) -> np.ndarray:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .gguf import f16_bytes, f16_values, nearest_int, qx_codes, seq_sum
+from .gguf_kquants import super_block_rows
 
 __all__ = ["q3k_quantize", "q3k_dequantize"]
 
@@ -96,11 +97,7 @@ def _blocks(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
 
 def q3k_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
     """Q3_K records (rows, n / 256 * 110) of ``x`` (rows, n) float32; ``imatrix`` (n,) or None."""
-    rows, n = x.shape
-    qw = None if imatrix is None else np.tile(imatrix.reshape(-1, 256), (rows, 1))
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # C's inf/NaN arithmetic, kept as is
-        out = _blocks(x.reshape(-1, 256), qw)
-    return out.reshape(rows, n // 256 * type_size)
+    return super_block_rows(_blocks, x, imatrix, type_size)
 
 
 def q3k_dequantize(kind: int, data: np.ndarray, type_size: int) -> np.ndarray:
