@@ -69,6 +69,9 @@ def _crafted() -> np.ndarray:
     x[6, 66:70] = 1.0
     x[7, 128:144] = 0.0                                    # an all-zero 16-value sub-block (Q6_K)
     x[8, 128:160] = 2.5                                    # a constant sub-block
+    x[8, 160:176] = -1.25                                  # a constant negative 16-value sub-block (Q2_K: flat)
+    x[9] = rng.integers(-3, 4, 256)                        # ties everywhere (few distinct values)
+    x[10, :128] = np.repeat(rng.integers(-2, 3, 8), 16) * 0.5  # sub-blocks of one value each
     return x
 
 
@@ -97,6 +100,21 @@ def test_random_rows_match_c(oracle, seed, name, use_imatrix):
          if use_imatrix else None)
     assert _differing_blocks(gguf.quantize(x, name, imatrix=w), oracle.quantize(x, fmt.type_id, w),
                              fmt.type_size).tolist() == []
+
+
+@pytest.mark.parametrize("use_imatrix", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_q2k_random_and_tie_heavy_rows_match_c(oracle, seed, use_imatrix):
+    """Q2_K's searches (16-value sub-blocks, ``|x|``-weighted absolute errors without an importance matrix) on
+    weight-like rows and on rows of few distinct values (ties at every 2-bit code), all blocks compared."""
+    rng = np.random.default_rng(seed)
+    ties = rng.integers(-3, 4, (8, 1024)).astype(np.float32) * np.float32(0.25)
+    x = np.concatenate([_rows(seed, rows=8, n=1024), ties])
+    w = rng.uniform(0.0, 5.0, x.shape[1]).astype(np.float32) ** 2 if use_imatrix else None
+    want = oracle.quantize(x, 10, w)
+    for backend in ("reference", "cpu"):
+        assert _differing_blocks(gguf.quantize(x, "Q2_K", imatrix=w, backend=backend), want, 84).tolist() == [], \
+            backend
 
 
 @pytest.mark.parametrize("name", FORMATS)

@@ -16,7 +16,7 @@ from numba.extending import intrinsic
 from .bits import element_function, f32_bits, store_float
 
 __all__ = ["mul_f32", "ggml_f16", "nearest_int", "put_u16", "put_u32", "get_u16", "get_u32", "trunc_i64",
-           "round_away"]
+           "round_away", "sum_squares"]
 
 _F32 = ir.FloatType()
 
@@ -40,6 +40,16 @@ def _mul_rn(typingctx, a, b):
 def mul_f32(a, b):
     """``a * b`` rounded to float32 on its own: a later ``+`` is never contracted into an FMA."""
     return _mul_rn(np.float32(a), np.float32(b))
+
+
+@element_function
+def sum_squares(x, c, n):
+    """``sum(x[c:c + n]**2)`` in order, in float32, each square rounded on its own (ggml's ``sumx2`` loops)."""
+    s = np.float32(0.0)
+    for j in range(n):
+        v = np.float32(x[c + j])
+        s = s + mul_f32(v, v)
+    return s
 
 
 @element_function

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
-from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16
+from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16, sum_squares
 from .gguf_search import W_SIGMA, W_SQUARE, search_weight
 
 __all__ = ["IQ4_NL", "IQ4_XS", "KVALUES", "best_index", "iq4_sigma2", "iq4_search", "iq4_nl_block",
@@ -57,11 +57,7 @@ def best_index(v):
 @element_function
 def iq4_sigma2(x, c, n):
     """``sigma2`` of ``quantize_row_iq4_nl_impl``: ``sum(x[c:c + n]**2)`` in order, times ``2 / n``."""
-    s = np.float32(0.0)
-    for j in range(n):
-        v = np.float32(x[c + j])
-        s = s + mul_f32(v, v)
-    return mul_f32(s, np.float32(2.0) / np.float32(n))
+    return mul_f32(sum_squares(x, c, n), np.float32(2.0) / np.float32(n))
 
 
 @element_function

@@ -1,6 +1,7 @@
-"""GGUF's 256-element super-blocks Q4_K, Q5_K, Q6_K (and Q3_K, IQ4_XS): one super-block to one record.
+"""GGUF's 256-element super-blocks Q4_K, Q5_K, Q6_K (and Q2_K, Q3_K, IQ4_XS): one super-block to one record.
 
-Q3_K's functions are in :mod:`~nbquant.element.gguf_q3k`, IQ4_XS's in :mod:`~nbquant.element.gguf_iq4`.
+Q2_K's functions are in :mod:`~nbquant.element.gguf_q2k`, Q3_K's in :mod:`~nbquant.element.gguf_q3k`,
+IQ4_XS's in :mod:`~nbquant.element.gguf_iq4`.
 
 The quantize functions follow ggml's ``quantize_row_q{4,5,6}_K_ref`` (no importance
 matrix) and ``quantize_row_q{4,5,6}_K_impl`` (with one), in its float32 arithmetic. They
@@ -21,8 +22,9 @@ import math
 import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
-from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16
+from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16, sum_squares
 from .gguf_iq4 import IQ4_XS, iq4_dequantize_block, iq4_xs_block
+from .gguf_q2k import Q2_K, Q2K_SCRATCH, q2k_dequantize_block, q2k_quantize_block
 from .gguf_q3k import Q3_K, Q3K_SCRATCH, q3k_dequantize_block, q3k_quantize_block
 from .gguf_search import W_AVX, W_DIRECT, W_SIGMA, W_SQUARE, kx_code, kx_search, qp_search, qx_code, qx_search
 
@@ -31,7 +33,7 @@ __all__ = ["Q4_K", "Q5_K", "Q6_K", "SCRATCH", "kquant_quantize_block", "kquant_d
 #: ggml type ids.
 Q4_K, Q5_K, Q6_K = 12, 13, 14
 #: Scratch floats a quantize call needs (Q3_K's codes are the most).
-SCRATCH = Q3K_SCRATCH
+SCRATCH = max(Q3K_SCRATCH, Q2K_SCRATCH)
 
 
 @element_function
@@ -52,13 +54,7 @@ def _scale_min(rec, o, j):
 @element_function
 def _kmin_scales(x, c, qw, use_qw, top, fs):
     """Sub-block searches of Q4_K/Q5_K: scales fs[0:8], mins fs[8:16], codes' iscale/low fs[16:32]; (d, dmin)."""
-    sigma2 = np.float32(0.0)
-    if use_qw:
-        s = np.float32(0.0)
-        for i in range(256):
-            v = np.float32(x[c + i])
-            s = s + mul_f32(v, v)
-        sigma2 = mul_f32(np.float32(2.0), s) / np.float32(256.0)
+    sigma2 = mul_f32(np.float32(2.0), sum_squares(x, c, 256)) / np.float32(256.0) if use_qw else np.float32(0.0)
     max_scale = np.float32(0.0)
     max_min = np.float32(0.0)
     for j in range(8):
@@ -74,7 +70,7 @@ def _kmin_scales(x, c, qw, use_qw, top, fs):
         else:  # the _ref rows: make_qkx2_quants on av_x + |x|
             aux, wmode, rdelta = np.float32(math.sqrt(s / np.float32(32.0))), W_AVX, np.float32(0.1)
             rmin, nstep = (np.float32(-1.0), 20) if top == 15 else (np.float32(-0.5), 15)
-        scale, low, iscale, code_low = kx_search(x, qw, cj, aux, wmode, top, rmin, rdelta, nstep, use_qw)
+        scale, low, iscale, code_low = kx_search(x, qw, cj, 32, aux, wmode, top, rmin, rdelta, nstep, use_qw, False)
         fs[j] = scale
         fs[8 + j] = -low
         fs[16 + j] = iscale
@@ -202,6 +198,8 @@ def kquant_quantize_block(kind, x, c, rec, o, qw, use_qw, fs):
         iq4_xs_block(x, c, rec, o, qw, use_qw, fs)
     elif kind == Q3_K:
         q3k_quantize_block(x, c, rec, o, qw, use_qw, fs)
+    elif kind == Q2_K:
+        q2k_quantize_block(x, c, rec, o, qw, use_qw, fs)
     elif kind == Q6_K:
         _q6k(x, c, rec, o, qw, use_qw, fs)
     else:
@@ -217,23 +215,34 @@ def kquant_dequantize_block(kind, rec, o, out, c):
     if kind == Q3_K:
         q3k_dequantize_block(rec, o, out, c)
         return
+    if kind == Q2_K:
+        q2k_dequantize_block(rec, o, out, c)
+        return
     if kind == Q6_K:
         d = _f16_value(rec, o + 208)
-        for i in range(256):
-            h = i // 128
-            k = i - 128 * h
-            low = (np.int64(rec[o + 64 * h + (k & 63)]) >> (4 if k >= 64 else 0)) & 0xF
-            high = (np.int64(rec[o + 128 + 32 * h + (k & 31)]) >> (2 * (k // 32))) & 3
-            sc = np.float32((np.int64(rec[o + 192 + i // 16]) ^ 0x80) - 0x80)
-            out[c + i] = canonical_f32(mul_f32(d, sc) * np.float32((low | (high << 4)) - 32))
+        for j in range(16):  # sub-block j: elements 16 * j + k, k < 16
+            dl = mul_f32(d, np.float32((np.int64(rec[o + 192 + j]) ^ 0x80) - 0x80))
+            h = j // 8
+            lo = o + 64 * h + 16 * (j & 3)
+            ho = o + 128 + 32 * h + 16 * (j & 1)
+            lshift = 4 if (j & 7) >= 4 else 0
+            hshift = 2 * ((j & 7) // 2)
+            for k in range(16):
+                low = (np.int64(rec[lo + k]) >> lshift) & 0xF
+                high = (np.int64(rec[ho + k]) >> hshift) & 3
+                out[c + 16 * j + k] = canonical_f32(dl * np.float32((low | (high << 4)) - 32))
         return
     d = _f16_value(rec, o)
     dmin = _f16_value(rec, o + 2)
     qo = o + 16 if kind == Q4_K else o + 48
-    for i in range(256):
-        j = i // 32
+    for j in range(8):  # sub-block j: elements 32 * j + k, k < 32
         sc, m = _scale_min(rec, o + 4, j)
-        q = (np.int64(rec[qo + 32 * (i // 64) + (i & 31)]) >> (4 * (j & 1))) & 0xF
-        if kind == Q5_K:
-            q |= ((np.int64(rec[o + 16 + (i & 31)]) >> j) & 1) << 4
-        out[c + i] = canonical_f32(mul_f32(mul_f32(d, np.float32(sc)), np.float32(q)) - mul_f32(dmin, np.float32(m)))
+        dl = mul_f32(d, np.float32(sc))
+        ml = mul_f32(dmin, np.float32(m))
+        so = qo + 32 * (j // 2)
+        shift = 4 * (j & 1)
+        for k in range(32):
+            q = (np.int64(rec[so + k]) >> shift) & 0xF
+            if kind == Q5_K:
+                q |= ((np.int64(rec[o + 16 + k]) >> j) & 1) << 4
+            out[c + 32 * j + k] = canonical_f32(mul_f32(dl, np.float32(q)) - ml)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
-from .gguf_common import get_u16, get_u32, ggml_f16, mul_f32, put_u16, put_u32, round_away, trunc_i64
+from .gguf_common import get_u16, get_u32, ggml_f16, mul_f32, put_u16, put_u32, round_away, sum_squares, trunc_i64
 from .gguf_iq4 import IQ4_NL, iq4_dequantize_block, iq4_nl_block
 from .gguf_mxfp4 import MXFP4, mxfp4_dequantize_block, mxfp4_quantize_block
 from .gguf_search import W_SIGMA, kx_code, kx_search, qx_code, qx_search
@@ -50,10 +50,7 @@ def square_add(s, v):
 @element_function
 def row_sigma2(x, n):
     """``sum(x[:n]**2) / n`` summed in order in float32 (ggml's ``sigma2`` of an importance-weighted row)."""
-    s = np.float32(0.0)
-    for j in range(n):
-        s = square_add(s, x[j])
-    return s / np.float32(n)
+    return sum_squares(x, 0, n) / np.float32(n)
 
 
 @element_function
@@ -138,7 +135,8 @@ def _pack(x, c, rec, o, nmax, inv, searched, low, asym):
 def _asym(x, c, rec, o, top, qw, use_qw, sigma2):
     """Q4_1 (``top`` 15) or Q5_1 (31)."""
     if use_qw:
-        d, m, inv, low = kx_search(x, qw, c, sigma2, W_SIGMA, top, np.float32(-0.9), np.float32(0.05), 36, True)
+        d, m, inv, low = kx_search(x, qw, c, 32, sigma2, W_SIGMA, top, np.float32(-0.9), np.float32(0.05), 36, True,
+                                  False)
     else:
         m = _FLT_MAX
         hi = -_FLT_MAX

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
-from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16
+from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16, sum_squares
 from .gguf_search import W_DIRECT, W_SIGMA, qx_code, qx_search
 
 __all__ = ["Q3_K", "Q3K_SCRATCH", "q3k_quantize_block", "q3k_dequantize_block"]
@@ -109,11 +109,7 @@ def q3k_quantize_block(x, c, rec, o, qw, use_qw, fs):
     for k in range(12):
         rec[so + k] = np.uint8(0)
     if use_qw:
-        s = np.float32(0.0)
-        for i in range(256):
-            v = np.float32(x[c + i])
-            s = s + mul_f32(v, v)
-        sigma2 = mul_f32(np.float32(2.0), s) / np.float32(256.0)
+        sigma2 = mul_f32(np.float32(2.0), sum_squares(x, c, 256)) / np.float32(256.0)
         for j in range(16):
             sw = np.float32(0.0)
             for i in range(16):
@@ -168,8 +164,13 @@ def q3k_quantize_block(x, c, rec, o, qw, use_qw, fs):
 def q3k_dequantize_block(rec, o, out, c):
     """Decode the Q3_K record at ``rec[o:]`` into ``out[c:c + 256]`` (gguf-py's float32 arithmetic)."""
     d = load_f32(np.uint16(get_u16(rec, o + 108)))
-    for i in range(256):
-        dl = d * np.float32(_get_scale(rec, o + 96, i // 16))
-        low = (np.int64(rec[o + 32 + 32 * (i // 128) + (i & 31)]) >> (2 * ((i // 32) & 3))) & 3
-        high = (np.int64(rec[o + (i & 31)]) >> (i // 32)) & 1
-        out[c + i] = canonical_f32(dl * np.float32(low - 4 * (1 - high)))
+    for j in range(16):  # sub-block j: elements 16 * j + k, k < 16
+        dl = d * np.float32(_get_scale(rec, o + 96, j))
+        lo = o + 32 + 32 * (j // 8) + 16 * (j & 1)
+        ho = o + 16 * (j & 1)
+        shift = 2 * ((j // 2) & 3)
+        bit = j // 2
+        for k in range(16):
+            low = (np.int64(rec[lo + k]) >> shift) & 3
+            high = (np.int64(rec[ho + k]) >> bit) & 1
+            out[c + 16 * j + k] = canonical_f32(dl * np.float32(low - 4 * (1 - high)))

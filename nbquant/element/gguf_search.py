@@ -95,18 +95,21 @@ def kx_code(x, c, j, top, iscale, low):
 
 
 @element_function
-def _kx_error(x, qw, c, aux, wmode, top, iscale, low, scale, shift):
-    """``sum w * (scale * L + shift - x)**2`` over the codes of ``iscale`` and ``low``."""
+def _kx_error(x, qw, c, n, aux, wmode, top, iscale, low, scale, shift, use_mad):
+    """``sum w * (scale * L + shift - x)**2`` (``|...|`` if ``use_mad``) over the codes of ``iscale`` and ``low``."""
     err = np.float32(0.0)
-    for j in range(32):
+    for j in range(n):
         diff = (mul_f32(scale, np.float32(kx_code(x, c, j, top, iscale, low))) + shift) - np.float32(x[c + j])
-        err = err + mul_f32(search_weight(x, qw, c, j, aux, wmode), mul_f32(diff, diff))
+        err = err + mul_f32(search_weight(x, qw, c, j, aux, wmode), abs(diff) if use_mad else mul_f32(diff, diff))
     return err
 
 
 @element_function
-def kx_search(x, qw, c, aux, wmode, top, rmin, rdelta, nstep, flat_below):
-    """``make_qkx2_quants`` (``flat_below`` false) / ``make_qkx3_quants`` (true) over 32 values, squared errors.
+def kx_search(x, qw, c, n, aux, wmode, top, rmin, rdelta, nstep, flat_below, use_mad):
+    """``make_qkx2_quants`` (``flat_below`` false) / ``make_qkx3_quants`` (true) over ``n`` values.
+
+    The error of a step is the weighted sum of squared differences, or of absolute ones
+    if ``use_mad`` (ggml's ``use_mad``, which Q2_K's ``_ref`` rows set).
 
     Returns ``(scale, min, iscale, low)``: the scale and the (non-positive) minimum, and the
     ``iscale``/``low`` whose :func:`kx_code` are the codes.
@@ -115,7 +118,7 @@ def kx_search(x, qw, c, aux, wmode, top, rmin, rdelta, nstep, flat_below):
     hi = lo
     sum_w = search_weight(x, qw, c, 0, aux, wmode)
     sum_x = mul_f32(sum_w, lo)
-    for j in range(1, 32):
+    for j in range(1, n):
         v = np.float32(x[c + j])
         if v < lo:
             lo = v
@@ -132,14 +135,14 @@ def kx_search(x, qw, c, aux, wmode, top, rmin, rdelta, nstep, flat_below):
     iscale = ftop / (hi - lo)
     scale = np.float32(1.0) / iscale
     best_iscale, best_low = iscale, lo
-    best = _kx_error(x, qw, c, aux, wmode, top, iscale, lo, scale, lo)
+    best = _kx_error(x, qw, c, n, aux, wmode, top, iscale, lo, scale, lo, use_mad)
     for step in range(nstep + 1):
         low = lo
         iscale = ((np.float32(rmin) + mul_f32(np.float32(rdelta), np.float32(step))) + ftop) / (hi - lo)
         sum_l = np.float32(0.0)
         sum_l2 = np.float32(0.0)
         sum_xl = np.float32(0.0)
-        for j in range(32):
+        for j in range(n):
             fl = np.float32(kx_code(x, c, j, top, iscale, low))
             wl = mul_f32(search_weight(x, qw, c, j, aux, wmode), fl)
             sum_l = sum_l + wl
@@ -152,7 +155,7 @@ def kx_search(x, qw, c, aux, wmode, top, rmin, rdelta, nstep, flat_below):
             if this_min > 0:
                 this_min = np.float32(0.0)
                 this_scale = sum_xl / sum_l2
-            err = _kx_error(x, qw, c, aux, wmode, top, iscale, low, this_scale, this_min)
+            err = _kx_error(x, qw, c, n, aux, wmode, top, iscale, low, this_scale, this_min, use_mad)
             if err < best:
                 best = err
                 best_iscale, best_low = iscale, low

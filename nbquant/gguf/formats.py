@@ -55,7 +55,7 @@ class GGUFFormat:
 
 _TABLE = [
     ("Q4_0", 2, 32, 18, True), ("Q4_1", 3, 32, 20, True), ("Q5_0", 6, 32, 22, True), ("Q5_1", 7, 32, 24, True),
-    ("Q8_0", 8, 32, 34, True), ("Q2_K", 10, 256, 84, False), ("Q3_K", 11, 256, 110, True),
+    ("Q8_0", 8, 32, 34, True), ("Q2_K", 10, 256, 84, True), ("Q3_K", 11, 256, 110, True),
     ("Q4_K", 12, 256, 144, True), ("Q5_K", 13, 256, 176, True), ("Q6_K", 14, 256, 210, True),
     ("IQ4_NL", 20, 32, 18, True), ("IQ4_XS", 23, 256, 136, True), ("MXFP4", 39, 32, 17, True),
 ]
@@ -70,7 +70,7 @@ def implemented_formats() -> tuple[str, ...]:
     Examples
     --------
     >>> implemented_formats()
-    ('Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q8_0', 'Q3_K', 'Q4_K', 'Q5_K', 'Q6_K', 'IQ4_NL', 'IQ4_XS', 'MXFP4')
+    ('Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q8_0', 'Q2_K', 'Q3_K', 'Q4_K', 'Q5_K', 'Q6_K', 'IQ4_NL', 'IQ4_XS', 'MXFP4')
     """
     return tuple(name for name, f in FORMATS.items() if f.implemented)
 

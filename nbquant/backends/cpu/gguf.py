@@ -67,31 +67,33 @@ def kquant_dequantize_kernel(part, parts, kind, data, type_size, out):
             kquant_dequantize_block(kind, drow, b * type_size, orow, b * 256)
 
 
-def kquant_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
-    """K-quant records of ``x`` (rows, n) float32 C-contiguous; ``imatrix`` (n,) float32 or None."""
-    out = np.empty((x.shape[0], x.shape[1] // 256 * type_size), np.uint8)
-    qw = np.zeros(1, np.float32) if imatrix is None else imatrix
-    kquant_quantize_kernel(kind, x, qw, imatrix is not None, type_size, out)
+def _quantize(kernel, block: int, kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
+    out = np.empty((x.shape[0], x.shape[1] // block * type_size), np.uint8)
+    kernel(kind, x, np.zeros(1, np.float32) if imatrix is None else imatrix, imatrix is not None, type_size, out)
     return out
 
 
-def kquant_dequantize(kind: int, data: np.ndarray, type_size: int) -> np.ndarray:
-    """float32 (rows, n) of the K-quant records ``data`` (rows, row bytes) uint8 C-contiguous."""
-    out = np.empty((data.shape[0], data.shape[1] // type_size * 256), np.float32)
-    kquant_dequantize_kernel(kind, data, type_size, out)
+def _dequantize(kernel, block: int, kind: int, data: np.ndarray, type_size: int) -> np.ndarray:
+    out = np.empty((data.shape[0], data.shape[1] // type_size * block), np.float32)
+    kernel(kind, data, type_size, out)
     return out
 
 
 def legacy_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
     """Records of ``x`` (rows, n) float32 C-contiguous; ``imatrix`` (n,) float32 or None."""
-    out = np.empty((x.shape[0], x.shape[1] // 32 * type_size), np.uint8)
-    qw = np.zeros(1, np.float32) if imatrix is None else imatrix
-    legacy_quantize_kernel(kind, x, qw, imatrix is not None, type_size, out)
-    return out
+    return _quantize(legacy_quantize_kernel, 32, kind, x, imatrix, type_size)
 
 
 def legacy_dequantize(kind: int, data: np.ndarray, type_size: int) -> np.ndarray:
     """float32 (rows, n) of the records ``data`` (rows, row bytes) uint8 C-contiguous."""
-    out = np.empty((data.shape[0], data.shape[1] // type_size * 32), np.float32)
-    legacy_dequantize_kernel(kind, data, type_size, out)
-    return out
+    return _dequantize(legacy_dequantize_kernel, 32, kind, data, type_size)
+
+
+def kquant_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
+    """K-quant records of ``x`` (rows, n) float32 C-contiguous; ``imatrix`` (n,) float32 or None."""
+    return _quantize(kquant_quantize_kernel, 256, kind, x, imatrix, type_size)
+
+
+def kquant_dequantize(kind: int, data: np.ndarray, type_size: int) -> np.ndarray:
+    """float32 (rows, n) of the K-quant records ``data`` (rows, row bytes) uint8 C-contiguous."""
+    return _dequantize(kquant_dequantize_kernel, 256, kind, data, type_size)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["legacy_quantize", "legacy_dequantize", "f16_bytes", "f16_values", "nearest_int", "qx_codes", "kx_codes"]
+__all__ = ["legacy_quantize", "legacy_dequantize", "f16_bytes", "f16_values", "nearest_int", "qx_codes", "kx_codes",
+           "seq_sum"]
 
 _F = np.float32
 _FLT_MAX = _F(np.finfo(np.float32).max)
@@ -28,6 +29,14 @@ def f16_bytes(v: np.ndarray) -> np.ndarray:
 def f16_values(b: np.ndarray) -> np.ndarray:
     """float32 of the little-endian float16 fields ``b`` (..., 2) uint8."""
     return np.ascontiguousarray(b).view("<f2")[..., 0].astype(_F)
+
+
+def seq_sum(v: np.ndarray) -> np.ndarray:
+    """Sum along the last axis, in order, in float32."""
+    total = np.zeros(v.shape[:-1], _F)
+    for j in range(v.shape[-1]):
+        total = total + v[..., j]
+    return total
 
 
 def nearest_int(v: np.ndarray) -> np.ndarray:
@@ -95,13 +104,15 @@ def _qx_search(x: np.ndarray, w: np.ndarray, nmax: int, mx: np.ndarray, zero: np
 
 
 def kx_codes(x: np.ndarray, w: np.ndarray, top: int, rmin: float = -0.9, rdelta: float = 0.05, nstep: int = 36,
-             flat_below: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``make_qkx3_quants(32, top, x, w, L, &min, Laux, rmin, rdelta, nstep, false)`` (``make_qkx2_quants`` when
-    ``flat_below`` is false: a block is flat when its max equals its min): scales, minima, codes."""
+             flat_below: bool = True, use_mad: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``make_qkx3_quants(n, top, x, w, L, &min, Laux, rmin, rdelta, nstep, use_mad)`` per row of ``x`` (blocks, n)
+    (``make_qkx2_quants`` when ``flat_below`` is false: a block is flat when its max equals its min): scales, minima,
+    codes."""
+    n = x.shape[1]
     lo, hi = x[:, 0].copy(), x[:, 0].copy()
     sum_w = w[:, 0].copy()
     sum_x = sum_w * x[:, 0]
-    for j in range(1, 32):
+    for j in range(1, n):
         lo = np.where(x[:, j] < lo, x[:, j], lo)
         hi = np.where(x[:, j] > hi, x[:, j], hi)
         sum_w = sum_w + w[:, j]
@@ -114,9 +125,9 @@ def kx_codes(x: np.ndarray, w: np.ndarray, top: int, rmin: float = -0.9, rdelta:
 
     def mad(lv, scale, shift):
         total = np.zeros(x.shape[0], _F)
-        for j in range(32):
+        for j in range(n):
             diff = scale * lv[:, j] + shift - x[:, j]
-            total = total + w[:, j] * (diff * diff)
+            total = total + w[:, j] * (np.abs(diff) if use_mad else diff * diff)
         return total
 
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -131,7 +142,7 @@ def kx_codes(x: np.ndarray, w: np.ndarray, top: int, rmin: float = -0.9, rdelta:
             sum_l = np.zeros(x.shape[0], _F)
             sum_l2 = np.zeros(x.shape[0], _F)
             sum_xl = np.zeros(x.shape[0], _F)
-            for j in range(32):
+            for j in range(n):
                 wl = w[:, j] * lv[:, j]
                 sum_l = sum_l + wl
                 sum_l2 = sum_l2 + wl * lv[:, j]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gguf import f16_bytes, f16_values, nearest_int
+from .gguf import f16_bytes, f16_values, nearest_int, seq_sum
 
 __all__ = ["iq4_quantize", "iq4_dequantize", "KVALUES"]
 
@@ -30,13 +30,6 @@ def _best_index(v: np.ndarray) -> np.ndarray:
     return np.where((v >= _KV[15]) | np.isnan(v), 15, idx).astype(np.int64)
 
 
-def _seq_sum(v: np.ndarray) -> np.ndarray:
-    total = np.zeros(v.shape[:-1], _F)
-    for j in range(v.shape[-1]):
-        total = total + v[..., j]
-    return total
-
-
 def _search(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """The scale of each 32-value block of ``x`` (blocks, 32), weights ``w``: ggml's ``ntry = 7`` search."""
     a = np.where(np.isnan(x), _F(0), np.abs(x))
@@ -47,7 +40,7 @@ def _search(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     def sums(inv):
         q = _KV[_best_index(inv[:, None] * x)]
         wq = w * q
-        return _seq_sum(wq * x), _seq_sum(wq * q)
+        return seq_sum(wq * x), seq_sum(wq * q)
 
     sumqx, sumq2 = sums(_F(1) / (-mx / _F(-127)))
     d = np.where(sumq2 > 0, sumqx / sumq2, _F(0))
@@ -64,7 +57,7 @@ def _weights(x: np.ndarray, qw: np.ndarray | None, size: int) -> np.ndarray:
     """Per-element weights of ``x`` (units, size): ``x**2``, or ``qw * sqrt(sigma2 + x**2)``."""
     if qw is None:
         return x * x
-    sigma2 = _seq_sum(x * x) * (_F(2) / _F(size))
+    sigma2 = seq_sum(x * x) * (_F(2) / _F(size))
     return qw * np.sqrt(sigma2[:, None] + x * x)
 
 

@@ -8,24 +8,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gguf import f16_bytes, f16_values, kx_codes, nearest_int, qx_codes
+from .gguf import f16_bytes, f16_values, kx_codes, nearest_int, qx_codes, seq_sum
 
-__all__ = ["kquant_quantize", "kquant_dequantize"]
+__all__ = ["kquant_quantize", "kquant_dequantize", "qp_codes", "super_block_rows"]
 
 _F = np.float32
 _EPS = _F(1e-15)
 
 
-def _seq_sum(v: np.ndarray) -> np.ndarray:
-    """Sum along the last axis, in order, in float32."""
-    total = np.zeros(v.shape[:-1], _F)
-    for j in range(v.shape[-1]):
-        total = total + v[..., j]
-    return total
-
-
-def _qp(v: np.ndarray, w: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
-    """``make_qp_quants(8, nmax, v, L, w)`` per row of ``v`` (blocks, 8): scales and codes."""
+def qp_codes(v: np.ndarray, w: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """``make_qp_quants(n, nmax, v, L, w)`` per row of ``v`` (blocks, n): scales and codes."""
     mx = np.zeros(v.shape[0], _F)
     for i in range(v.shape[1]):
         mx = np.where(mx > v[:, i], mx, v[:, i])
@@ -34,20 +26,20 @@ def _qp(v: np.ndarray, w: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         iscale = fmax / mx
         scale = _F(1) / iscale
-        best = _seq_sum(w * (d := v - scale[:, None] * nearest_int(iscale[:, None] * v).astype(_F)) * d)
+        best = seq_sum(w * (d := v - scale[:, None] * nearest_int(iscale[:, None] * v).astype(_F)) * d)
         for step in range(-4, 5):
             if step == 0:
                 continue
             iscale_is = (_F(0.1) * _F(step) + fmax) / mx
             scale_is = _F(1) / iscale_is
             q = np.minimum(nmax, nearest_int(iscale_is[:, None] * v)).astype(_F)
-            err = _seq_sum(w * (d := v - scale_is[:, None] * q) * d)
+            err = seq_sum(w * (d := v - scale_is[:, None] * q) * d)
             better = err < best
             best = np.where(better, err, best)
             iscale = np.where(better, iscale_is, iscale)
         codes = np.minimum(nmax, nearest_int(iscale[:, None] * v)).astype(_F)
-        sumlx = _seq_sum(w * v * codes)
-        suml2 = _seq_sum(w * codes * codes)
+        sumlx = seq_sum(w * v * codes)
+        suml2 = seq_sum(w * codes * codes)
         for _ in range(5):  # a pass that changes nothing leaves the state as it is, so ggml's early stop is implied
             for i in range(v.shape[1]):
                 wi, vi, li = w[:, i], v[:, i], codes[:, i]
@@ -86,12 +78,12 @@ def _kmin(x: np.ndarray, qw: np.ndarray | None, top: int) -> np.ndarray:
     sub = x.reshape(-1, 32)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if qw is None:
-            av_x = np.sqrt(_seq_sum(sub * sub) / _F(32))
+            av_x = np.sqrt(seq_sum(sub * sub) / _F(32))
             w = av_x[:, None] + np.abs(sub)
             params = (-1.0, 0.1, 20) if top == 15 else (-0.5, 0.1, 15)
             scales, lows, search = kx_codes(sub, w, top, *params, flat_below=False)
         else:
-            sigma2 = _F(2) * _seq_sum(x * x) / _F(256)
+            sigma2 = _F(2) * seq_sum(x * x) / _F(256)
             w = (qw * np.sqrt(sigma2[:, None] + x * x)).reshape(-1, 32)
             scales, lows, search = kx_codes(sub, w, top, -0.9, 0.05, 36, flat_below=True)
         scales, mins = scales.reshape(nsb, 8), (-lows).reshape(nsb, 8)
@@ -107,9 +99,9 @@ def _kmin(x: np.ndarray, qw: np.ndarray | None, top: int) -> np.ndarray:
             lm = np.minimum(63, nearest_int(inv_min[:, None] * mins) & 0xFF)
             d, dmin = max_scale / _F(63), max_min / _F(63)
         else:
-            sw = _seq_sum(w).reshape(nsb, 8)
-            d, ls = _qp(scales, sw, 63)
-            dmin, lm = _qp(mins, sw, 63)
+            sw = seq_sum(w).reshape(nsb, 8)
+            d, ls = qp_codes(scales, sw, 63)
+            dmin, lm = qp_codes(mins, sw, 63)
         packed = _pack_scales(ls, lm)
         d16, m16 = f16_bytes(d), f16_bytes(dmin)
         sc, m = _unpack_scales(packed)
@@ -159,11 +151,19 @@ def _q6k(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
 
 def kquant_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
     """Records (rows, n / 256 * type_size) of ``x`` (rows, n) float32 in ggml type ``kind`` (12, 13 or 14)."""
+    return super_block_rows(lambda b, qw: _q6k(b, qw) if kind == 14 else _kmin(b, qw, 15 if kind == 12 else 31),
+                            x, imatrix, type_size)
+
+
+def super_block_rows(records, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
+    """``records(blocks, qw)`` over the super-blocks of ``x`` (rows, n), reshaped to rows (rows, n / 256 * type_size).
+
+    ``blocks`` is (super-blocks, 256) and ``qw`` the importance of each of their values, or None.
+    """
     rows, n = x.shape
-    blocks = x.reshape(-1, 256)
     qw = None if imatrix is None else np.tile(imatrix.reshape(-1, 256), (rows, 1))
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # C's inf/NaN arithmetic, kept as is
-        out = _q6k(blocks, qw) if kind == 14 else _kmin(blocks, qw, 15 if kind == 12 else 31)
+        out = records(x.reshape(-1, 256), qw)
     return out.reshape(rows, n // 256 * type_size)
 
 

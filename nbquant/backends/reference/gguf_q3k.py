@@ -8,18 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gguf import f16_bytes, f16_values, nearest_int, qx_codes
+from .gguf import f16_bytes, f16_values, nearest_int, qx_codes, seq_sum
+from .gguf_kquants import super_block_rows
 
 __all__ = ["q3k_quantize", "q3k_dequantize"]
 
 _F = np.float32
-
-
-def _seq_sum(v: np.ndarray) -> np.ndarray:
-    total = np.zeros(v.shape[:-1], _F)
-    for j in range(v.shape[-1]):
-        total = total + v[..., j]
-    return total
 
 
 def _q3_quants(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -32,8 +26,8 @@ def _q3_quants(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     iscale = _F(-4) / mx
     codes = np.clip(nearest_int(iscale[:, None] * x), -4, 3).astype(_F)
     w = x * x
-    sumlx = _seq_sum(w * x * codes)
-    suml2 = _seq_sum(w * codes * codes)
+    sumlx = seq_sum(w * x * codes)
+    suml2 = seq_sum(w * codes * codes)
     for _ in range(5):  # a pass that changes nothing leaves the state as it is: ggml's early stop is implied
         for k in range(16):
             v, wk, lk = x[:, k], w[:, k], codes[:, k]
@@ -86,10 +80,10 @@ def _blocks(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
         packed = np.where(nonzero[:, None], _pack_scales(lv), np.uint8(0))
         d16 = f16_bytes(np.where(nonzero, _F(1) / iscale, _F(0)))
     else:
-        sigma2 = _F(2) * _seq_sum(x * x) / _F(256)
+        sigma2 = _F(2) * seq_sum(x * x) / _F(256)
         w = (qw * np.sqrt(sigma2[:, None] + x * x)).reshape(-1, 16)
         scales, search = qx_codes(sub, w, 4)
-        d_block, lv = qx_codes(scales.reshape(nsb, 16), _seq_sum(w).reshape(nsb, 16), 32)
+        d_block, lv = qx_codes(scales.reshape(nsb, 16), seq_sum(w).reshape(nsb, 16), 32)
         packed = _pack_scales(lv)
         d16 = f16_bytes(d_block)
     d = (f16_values(d16)[:, None] * _unpack_scales(packed).astype(_F)).reshape(-1)
@@ -103,11 +97,7 @@ def _blocks(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
 
 def q3k_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
     """Q3_K records (rows, n / 256 * 110) of ``x`` (rows, n) float32; ``imatrix`` (n,) or None."""
-    rows, n = x.shape
-    qw = None if imatrix is None else np.tile(imatrix.reshape(-1, 256), (rows, 1))
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # C's inf/NaN arithmetic, kept as is
-        out = _blocks(x.reshape(-1, 256), qw)
-    return out.reshape(rows, n // 256 * type_size)
+    return super_block_rows(_blocks, x, imatrix, type_size)
 
 
 def q3k_dequantize(kind: int, data: np.ndarray, type_size: int) -> np.ndarray:

@@ -1,0 +1,132 @@
+"""GGUF's Q2_K super-block (256 values, 84 bytes): ggml's ``quantize_row_q2_K_ref`` and ``quantize_row_q2_K_impl``.
+
+Sixteen 16-value sub-blocks get 2-bit codes, a 4-bit scale and a 4-bit minimum each,
+relative to two float16s ``d`` and ``dmin``. Without an importance matrix each
+sub-block runs ``make_qkx2_quants`` weighted by ``|x|`` with absolute errors, and the
+sixteen scales (minima) are coded against the largest one; with one, each sub-block
+runs ``make_qkx3_quants`` weighted by the importance and the row's mean square, and the
+scales and the minima run ``make_qp_quants`` weighted by the sub-blocks' summed
+weights. The codes are then recomputed from the stored scales (where a sub-block's
+scale is 0, the search's codes stay). Record: ``scales[16]`` (scale in the low nibble,
+minimum in the high one), ``qs[64]`` (four codes a byte: code ``i`` in byte
+``32 * (i // 128) + i % 32`` at bit ``2 * (i // 32 % 4)``), ``d``, ``dmin``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .bits import canonical_f32, element_function, load_f32
+from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16, sum_squares
+from .gguf_search import W_AVX, W_SIGMA, kx_code, kx_search, qp_search, search_weight
+
+__all__ = ["Q2_K", "Q2K_SCRATCH", "q2k_quantize_block", "q2k_dequantize_block"]
+
+#: ggml type id.
+Q2_K = 10
+#: Scratch floats: scales [0:16], minima [16:32], the searches' code iscales [32:48] and lows [48:64],
+#: summed weights [64:80], scale codes [80:96], minimum codes [96:112], stored scales [112:128] and minima [128:144].
+Q2K_SCRATCH = 144
+
+
+@element_function
+def _sub_blocks(x, c, qw, use_qw, fs):
+    """The sixteen sub-block searches into ``fs[0:80]``; returns the largest scale and minimum."""
+    sigma2 = sum_squares(x, c, 256) / np.float32(256.0) if use_qw else np.float32(0.0)
+    max_scale = np.float32(0.0)
+    max_min = np.float32(0.0)
+    for j in range(16):
+        cj = c + 16 * j
+        if use_qw:  # quantize_row_q2_K_impl: make_qkx3_quants on the importance weights
+            sw = np.float32(0.0)
+            for i in range(16):
+                sw = sw + search_weight(x, qw, cj, i, sigma2, W_SIGMA)
+            fs[64 + j] = sw
+            scale, low, iscale, code_low = kx_search(x, qw, cj, 16, sigma2, W_SIGMA, np.int64(3), np.float32(-0.9),
+                                                     np.float32(0.05), 36, True, False)
+        else:  # quantize_row_q2_K_ref: make_qkx2_quants on |x| (W_AVX with a 0 average), absolute errors
+            scale, low, iscale, code_low = kx_search(x, qw, cj, 16, np.float32(0.0), W_AVX, np.int64(3),
+                                                     np.float32(-0.5), np.float32(0.1), 15, False, True)
+        fs[j] = scale
+        fs[16 + j] = -low
+        fs[32 + j] = iscale
+        fs[48 + j] = code_low
+        if scale > max_scale:
+            max_scale = scale
+        if -low > max_min:
+            max_min = -low
+    return max_scale, max_min
+
+
+@element_function
+def _scale_bytes(rec, o, use_qw, max_scale, max_min, fs):
+    """Write the sixteen scale bytes at ``rec[o:]`` and return ``(d, dmin)`` before their float16 store."""
+    if use_qw:  # make_qp_quants of the scales (codes to fs[80:96]), then of the minima (fs[96:112])
+        d = qp_search(fs, 0, 16, 15, fs, 64, fs, 80)
+        dmin = qp_search(fs, 16, 16, 15, fs, 64, fs, 96)
+        for j in range(16):
+            ls = np.int64(fs[80 + j]) & 0xFF
+            lm = np.int64(fs[96 + j]) & 0xFF
+            rec[o + j] = np.uint8((ls | (lm << 4)) & 0xFF)
+        return d, dmin
+    d = np.float32(0.0)
+    dmin = np.float32(0.0)
+    inv_scale = np.float32(15.0) / max_scale if max_scale > 0 else np.float32(0.0)
+    inv_min = np.float32(15.0) / max_min if max_min > 0 else np.float32(0.0)
+    for j in range(16):
+        b = nearest_int(mul_f32(inv_scale, fs[j])) & 0xFF if max_scale > 0 else np.int64(0)
+        if max_min > 0:
+            b = (b | (nearest_int(mul_f32(inv_min, fs[16 + j])) << 4)) & 0xFF
+        rec[o + j] = np.uint8(b)
+    if max_scale > 0:
+        d = max_scale / np.float32(15.0)
+    if max_min > 0:
+        dmin = max_min / np.float32(15.0)
+    return d, dmin
+
+
+@element_function
+def _code(x, c, i, fs):
+    """The 2-bit code of element ``i`` (the search's code where its sub-block's stored scale is 0)."""
+    j = i // 16
+    d = np.float32(fs[112 + j])
+    if d == 0:
+        return kx_code(x, c + 16 * j, i - 16 * j, np.int64(3), fs[32 + j], fs[48 + j])
+    return max(np.int64(0), min(np.int64(3), nearest_int((np.float32(x[c + i]) + np.float32(fs[128 + j])) / d)))
+
+
+@element_function
+def q2k_quantize_block(x, c, rec, o, qw, use_qw, fs):
+    """Q2_K: the 256 floats ``x[c:c + 256]`` into the 84-byte record at ``rec[o:]`` (``qw`` read at ``c + i``)."""
+    max_scale, max_min = _sub_blocks(x, c, qw, use_qw, fs)
+    d, dmin = _scale_bytes(rec, o, use_qw, max_scale, max_min, fs)
+    put_u16(rec, o + 80, ggml_f16(d))
+    put_u16(rec, o + 82, ggml_f16(dmin))
+    dq = load_f32(np.uint16(get_u16(rec, o + 80)))
+    mq = load_f32(np.uint16(get_u16(rec, o + 82)))
+    for j in range(16):
+        b = np.int64(rec[o + j])
+        fs[112 + j] = mul_f32(dq, np.float32(b & 0xF))
+        fs[128 + j] = mul_f32(mq, np.float32(b >> 4))
+    for h in range(2):
+        for k in range(32):
+            base = 128 * h + k
+            q = (_code(x, c, base, fs) | (_code(x, c, base + 32, fs) << 2) | (_code(x, c, base + 64, fs) << 4)
+                 | (_code(x, c, base + 96, fs) << 6))
+            rec[o + 16 + 32 * h + k] = np.uint8(q & 0xFF)
+
+
+@element_function
+def q2k_dequantize_block(rec, o, out, c):
+    """Decode the Q2_K record at ``rec[o:]`` into ``out[c:c + 256]`` (gguf-py's float32 arithmetic)."""
+    d = load_f32(np.uint16(get_u16(rec, o + 80)))
+    dmin = load_f32(np.uint16(get_u16(rec, o + 82)))
+    for j in range(16):
+        b = np.int64(rec[o + j])
+        dl = mul_f32(d, np.float32(b & 0xF))
+        ml = mul_f32(dmin, np.float32(b >> 4))
+        qo = o + 16 + 32 * (j // 8) + 16 * (j & 1)
+        shift = 2 * ((j // 2) & 3)
+        for k in range(16):
+            q = (np.int64(rec[qo + k]) >> shift) & 3
+            out[c + 16 * j + k] = canonical_f32(mul_f32(dl, np.float32(q)) - ml)
