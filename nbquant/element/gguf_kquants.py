@@ -28,7 +28,7 @@ from .gguf_q2k import Q2_K, Q2K_SCRATCH, q2k_dequantize_block, q2k_quantize_bloc
 from .gguf_q3k import Q3_K, Q3K_SCRATCH, q3k_dequantize_block, q3k_quantize_block
 from .gguf_search import W_AVX, W_DIRECT, W_SIGMA, W_SQUARE, kx_code, kx_search, qp_search, qx_code, qx_search
 
-__all__ = ["Q4_K", "Q5_K", "Q6_K", "SCRATCH", "kquant_quantize_block", "kquant_dequantize_block"]
+__all__ = ["Q4_K", "Q5_K", "Q6_K", "SCRATCH", "KQUANT_QUANTIZERS", "kquant_quantize_block", "kquant_dequantize_block"]
 
 #: ggml type ids.
 Q4_K, Q5_K, Q6_K = 12, 13, 14
@@ -192,6 +192,24 @@ def _q6k(x, c, rec, o, qw, use_qw, fs):
 
 
 @element_function
+def q4k_block(x, c, rec, o, qw, use_qw, fs):
+    """Q4_K's record of ``x[c:c + 256]`` at ``rec[o:]``."""
+    _kmin(x, c, rec, o, qw, use_qw, np.int64(15), fs)
+
+
+@element_function
+def q5k_block(x, c, rec, o, qw, use_qw, fs):
+    """Q5_K's record of ``x[c:c + 256]`` at ``rec[o:]``."""
+    _kmin(x, c, rec, o, qw, use_qw, np.int64(31), fs)
+
+
+#: Each 256-element format's quantize function: ``fn(x, c, rec, o, qw, use_qw, fs)`` (a kernel built around one
+#: compiles that format alone).
+KQUANT_QUANTIZERS = {Q2_K: q2k_quantize_block, Q3_K: q3k_quantize_block, Q4_K: q4k_block, Q5_K: q5k_block,
+                     Q6_K: _q6k, IQ4_XS: iq4_xs_block}
+
+
+@element_function
 def kquant_quantize_block(kind, x, c, rec, o, qw, use_qw, fs):
     """Quantize the 256 floats ``x[c:c + 256]`` into the ``kind`` record at ``rec[o:]`` (``qw`` read at ``c + i``)."""
     if kind == IQ4_XS:
@@ -202,8 +220,10 @@ def kquant_quantize_block(kind, x, c, rec, o, qw, use_qw, fs):
         q2k_quantize_block(x, c, rec, o, qw, use_qw, fs)
     elif kind == Q6_K:
         _q6k(x, c, rec, o, qw, use_qw, fs)
+    elif kind == Q4_K:
+        q4k_block(x, c, rec, o, qw, use_qw, fs)
     else:
-        _kmin(x, c, rec, o, qw, use_qw, np.int64(15) if kind == Q4_K else np.int64(31), fs)
+        q5k_block(x, c, rec, o, qw, use_qw, fs)
 
 
 @element_function

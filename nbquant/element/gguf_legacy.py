@@ -32,7 +32,8 @@ from .gguf_iq4 import IQ4_NL, iq4_dequantize_block, iq4_nl_block
 from .gguf_mxfp4 import MXFP4, mxfp4_dequantize_block, mxfp4_quantize_block
 from .gguf_search import W_SIGMA, kx_code, kx_search, qx_code, qx_search
 
-__all__ = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "square_add", "row_sigma2", "legacy_quantize_block",
+__all__ = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "square_add", "row_sigma2", "LEGACY_QUANTIZERS",
+           "legacy_quantize_block",
            "legacy_dequantize_block"]
 
 #: ggml type ids of the formats (``kind`` arguments).
@@ -155,6 +156,54 @@ def _asym(x, c, rec, o, top, qw, use_qw, sigma2):
 
 
 @element_function
+def q8_0_block(x, c, rec, o, qw, use_qw, sigma2):
+    """Q8_0's record of ``x[c:c + 32]`` at ``rec[o:]`` (no importance matrix, as ggml)."""
+    _q8_0(x, c, rec, o)
+
+
+@element_function
+def q4_0_block(x, c, rec, o, qw, use_qw, sigma2):
+    """Q4_0's record of ``x[c:c + 32]`` at ``rec[o:]``."""
+    _sym(x, c, rec, o, np.int64(8), qw, use_qw, sigma2)
+
+
+@element_function
+def q5_0_block(x, c, rec, o, qw, use_qw, sigma2):
+    """Q5_0's record of ``x[c:c + 32]`` at ``rec[o:]``."""
+    _sym(x, c, rec, o, np.int64(16), qw, use_qw, sigma2)
+
+
+@element_function
+def q4_1_block(x, c, rec, o, qw, use_qw, sigma2):
+    """Q4_1's record of ``x[c:c + 32]`` at ``rec[o:]``."""
+    _asym(x, c, rec, o, np.int64(15), qw, use_qw, sigma2)
+
+
+@element_function
+def q5_1_block(x, c, rec, o, qw, use_qw, sigma2):
+    """Q5_1's record of ``x[c:c + 32]`` at ``rec[o:]``."""
+    _asym(x, c, rec, o, np.int64(31), qw, use_qw, sigma2)
+
+
+@element_function
+def iq4_nl_quantize_block(x, c, rec, o, qw, use_qw, sigma2):
+    """IQ4_NL's record of ``x[c:c + 32]`` at ``rec[o:]`` (weighed by the block's own mean square)."""
+    iq4_nl_block(x, c, rec, o, qw, use_qw)
+
+
+@element_function
+def mxfp4_block(x, c, rec, o, qw, use_qw, sigma2):
+    """MXFP4's record of ``x[c:c + 32]`` at ``rec[o:]`` (no importance matrix, as ggml)."""
+    mxfp4_quantize_block(x, c, rec, o)
+
+
+#: Each 32-element format's quantize function: ``fn(x, c, rec, o, qw, use_qw, sigma2)``. A kernel built around
+#: one of them compiles that format alone (the first call of Q8_0 compiles in seconds, not minutes).
+LEGACY_QUANTIZERS = {Q8_0: q8_0_block, Q4_0: q4_0_block, Q5_0: q5_0_block, Q4_1: q4_1_block, Q5_1: q5_1_block,
+                     IQ4_NL: iq4_nl_quantize_block, MXFP4: mxfp4_block}
+
+
+@element_function
 def legacy_quantize_block(kind, x, c, rec, o, qw, use_qw, sigma2):
     """Quantize the 32 floats ``x[c:c + 32]`` into the ``kind`` record at ``rec[o:]``.
 
@@ -162,15 +211,19 @@ def legacy_quantize_block(kind, x, c, rec, o, qw, use_qw, sigma2):
     ``use_qw`` (Q8_0 and MXFP4 ignore them, as ggml does; IQ4_NL weighs with its block's own mean square).
     """
     if kind == IQ4_NL:
-        iq4_nl_block(x, c, rec, o, qw, use_qw)
+        iq4_nl_quantize_block(x, c, rec, o, qw, use_qw, sigma2)
     elif kind == MXFP4:
-        mxfp4_quantize_block(x, c, rec, o)
+        mxfp4_block(x, c, rec, o, qw, use_qw, sigma2)
     elif kind == Q8_0:
-        _q8_0(x, c, rec, o)
-    elif kind == Q4_0 or kind == Q5_0:
-        _sym(x, c, rec, o, np.int64(8) if kind == Q4_0 else np.int64(16), qw, use_qw, sigma2)
+        q8_0_block(x, c, rec, o, qw, use_qw, sigma2)
+    elif kind == Q4_0:
+        q4_0_block(x, c, rec, o, qw, use_qw, sigma2)
+    elif kind == Q5_0:
+        q5_0_block(x, c, rec, o, qw, use_qw, sigma2)
+    elif kind == Q4_1:
+        q4_1_block(x, c, rec, o, qw, use_qw, sigma2)
     else:
-        _asym(x, c, rec, o, np.int64(15) if kind == Q4_1 else np.int64(31), qw, use_qw, sigma2)
+        q5_1_block(x, c, rec, o, qw, use_qw, sigma2)
 
 
 @element_function
