@@ -25,7 +25,7 @@ import numpy as np
 from numba import cuda, types
 
 from ... import element
-from ...blocks._format import block_kernel, find_kernel, import_kernel_modules
+from ...blocks._format import BlockKernelOps, block_kernel, import_kernel_modules
 from .._views import float32_from_bits, kernel_float_view, output_float_like
 from . import runtime
 from ._loops import U1, thread_start
@@ -339,17 +339,11 @@ def _nf4_dequantize(inputs, spec, out) -> None:
     _dequantize_rows(nf4_dequantize_kernel, inputs, (spec.block_size, output_float_like(spec.out_dtype)), out)
 
 
-class BlockOps:
+class BlockOps(BlockKernelOps):
     """Every registered block format, and amax (:class:`~nbquant.backends.interface.Backend`); NumPy or CUDA
     device arrays."""
 
-    def block_quantize(self, x, spec, outputs) -> None:
-        """The ``cuda`` quantize kernel of ``spec.format`` (:func:`~nbquant.blocks.block_kernel`)."""
-        find_kernel("cuda", spec.format, "quantize")(x, spec, outputs)
-
-    def block_dequantize(self, inputs, spec, out) -> None:
-        """The ``cuda`` dequantize kernel of ``spec.format``."""
-        find_kernel("cuda", spec.format, "dequantize")(inputs, spec, out)
+    target = "cuda"
 
     def amax(self, x) -> np.float32:
         """``max |x|`` (NaN if any element is NaN) of a NumPy or CUDA array, computed on the GPU."""
