@@ -2,23 +2,8 @@
 
 from __future__ import annotations
 
-from .modelopt.ops import (
-    block_sizes_to_layout,
-    dynamic_block_quant,
-    fake_affine_tensor_quant,
-    fake_tensor_quant,
-    scaled_e4m3,
-    tensor_quant,
-)
+from .modelopt.ops import *  # noqa: F403  (the alias module re-exports exactly the names of ``ops.__all__``)
+from .modelopt.ops import __all__ as _OPS_NAMES
 from .reductions import reduce_amax, reduce_min_max
 
-__all__ = [
-    "reduce_amax",
-    "reduce_min_max",
-    "tensor_quant",
-    "fake_tensor_quant",
-    "scaled_e4m3",
-    "fake_affine_tensor_quant",
-    "dynamic_block_quant",
-    "block_sizes_to_layout",
-]
+__all__ = ["reduce_amax", "reduce_min_max", *_OPS_NAMES]

@@ -22,7 +22,7 @@ import numpy as np
 from ..validation import check_int
 
 __all__ = ["BlockFormat", "BlockSpec", "Tensor", "NoParams", "get_block_format", "block_format_names", "block_kernel",
-           "find_kernel", "import_kernel_modules"]
+           "find_kernel", "BlockKernelOps", "import_kernel_modules"]
 
 _FORMATS: dict[str, BlockFormat] = {}
 _KERNELS: dict[tuple[str, str, str], Callable] = {}
@@ -224,6 +224,24 @@ def find_kernel(target: str, fmt: BlockFormat, op: str) -> Callable:
             f"the {target} backend has no {op} kernel for block format {fmt.name!r}: register one with "
             f"@block_kernel({target!r}, {fmt.family!r}, {op!r}) in nbquant/backends/{target}/blocks_{fmt.family}.py"
         ) from None
+
+
+class BlockKernelOps:
+    """A backend's generic block entry points: each runs the kernel of ``spec.format`` registered for ``target``.
+
+    A backend's ``BlockOps`` subclasses it and sets ``target`` (``"reference"``, ``"cpu"``,
+    ``"cuda"``); the kernels are registered with :func:`block_kernel`.
+    """
+
+    target: str = ""
+
+    def block_quantize(self, x, spec, outputs) -> None:
+        """Quantize ``x`` into ``outputs`` with the ``target`` quantize kernel of ``spec.format``."""
+        find_kernel(self.target, spec.format, "quantize")(x, spec, outputs)
+
+    def block_dequantize(self, inputs, spec, out) -> None:
+        """Dequantize ``inputs`` into ``out`` with the ``target`` dequantize kernel of ``spec.format``."""
+        find_kernel(self.target, spec.format, "dequantize")(inputs, spec, out)
 
 
 def import_kernel_modules(package: str) -> None:

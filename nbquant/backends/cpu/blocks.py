@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...blocks._format import block_kernel, find_kernel, import_kernel_modules
+from ...blocks._format import BlockKernelOps, block_kernel, import_kernel_modules
 from ...element import (
     E2M1,
     E4M3,
@@ -178,25 +178,60 @@ def _fill(vs, v):
         vs[i] = v
 
 
+def _dequantize_frame(block_scale, unpack, value):
+    """The walk of a packed 4-bit block dequantize kernel over (rows, n), around the format's three steps.
+
+    A work unit takes a tile of blocks: each block's scale ``block_scale(code, args)``
+    spread over its elements, the tile's packed codes spread into a byte buffer by
+    ``unpack(packed, words16, words32)``, then one long loop of ``value(code) * scale``
+    (each an :func:`~nbquant.element.element_function`). Returns
+    ``walk(part, parts, codes, scales, block, args, tile, like, out)`` for the kernel to call.
+    """
+
+    @element_function
+    def walk(part, parts, codes, scales, block, args, tile, like, out):
+        rows, n = out.shape
+        nblocks = n // block
+        ntiles = (nblocks + tile - 1) // tile
+        first, last = part_range(rows * ntiles, part, parts)
+        factors = np.empty(tile * block, np.float32)
+        buffer = np.empty(tile * block, np.uint8)
+        words16, words32 = buffer.view(np.uint16), buffer.view(np.uint32)
+        for unit in range(first, last):
+            r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
+            for b in range(b1 - b0):
+                _fill(factors[b * block:(b + 1) * block], block_scale(scales[r, b0 + b], args))
+            os = out[r, b0 * block:b1 * block]
+            fs = factors[:os.size]
+            unpack(codes[r, b0 * block // 2:b1 * block // 2], words16, words32)
+            for i in range(os.size):
+                os[i] = store_float(value(buffer[i]) * fs[i], like)
+
+    return walk
+
+
+@element_function
+def _nvfp4_scale(code, global_scale):
+    return decode_fp(code, E4M3) * global_scale
+
+
+@element_function
+def _unpack_e2m1(packed, words16, words32):
+    unpack_byte_codes(packed, words16, words32, 4)
+
+
+@element_function
+def _e2m1_value(code):
+    return decode_fp(code, E2M1)
+
+
+_NVFP4_DEQUANTIZE = _dequantize_frame(_nvfp4_scale, _unpack_e2m1, _e2m1_value)
+
+
 @cpu_kernel
 def nvfp4_dequantize_kernel(part, parts, codes, scales, block, global_scale, tile, like, out):
     """NVFP4 dequantize: ``e2m1 * (e4m3_scale * global_scale)`` into ``out`` (rows, n), a tile of blocks at a time."""
-    rows, n = out.shape
-    nblocks = n // block
-    ntiles = (nblocks + tile - 1) // tile
-    first, last = part_range(rows * ntiles, part, parts)
-    factors = np.empty(tile * block, np.float32)
-    buffer = np.empty(tile * block, np.uint8)
-    words16, words32 = buffer.view(np.uint16), buffer.view(np.uint32)
-    for unit in range(first, last):
-        r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
-        for b in range(b1 - b0):
-            _fill(factors[b * block:(b + 1) * block], decode_fp(scales[r, b0 + b], E4M3) * global_scale)
-        os = out[r, b0 * block:b1 * block]
-        fs = factors[:os.size]
-        unpack_byte_codes(codes[r, b0 * block // 2:b1 * block // 2], words16, words32, 4)
-        for i in range(os.size):
-            os[i] = store_float(decode_fp(buffer[i], E2M1) * fs[i], like)
+    _NVFP4_DEQUANTIZE(part, parts, codes, scales, block, global_scale, tile, like, out)
 
 
 @cpu_kernel
@@ -229,25 +264,28 @@ def nf4_quantize_kernel(part, parts, x, block, tile, codes, scales):
         pack_nf4_codes(words16, codes[r, b0 * block // 2:b1 * block // 2])
 
 
+@element_function
+def _nf4_scale(scale, args):
+    return np.float32(scale)
+
+
+@element_function
+def _unpack_nf4(packed, words16, words32):
+    unpack_nf4_codes(packed, words16)
+
+
+@element_function
+def _nf4_value(code):
+    return NF4_VALUES[code]
+
+
+_NF4_DEQUANTIZE = _dequantize_frame(_nf4_scale, _unpack_nf4, _nf4_value)
+
+
 @cpu_kernel
 def nf4_dequantize_kernel(part, parts, codes, scales, block, tile, like, out):
     """NF4 dequantize: ``table[code] * scale`` per block into ``out`` (rows, n), a tile of blocks at a time."""
-    rows, n = out.shape
-    nblocks = n // block
-    ntiles = (nblocks + tile - 1) // tile
-    first, last = part_range(rows * ntiles, part, parts)
-    factors = np.empty(tile * block, np.float32)
-    buffer = np.empty(tile * block, np.uint8)
-    words16 = buffer.view(np.uint16)
-    for unit in range(first, last):
-        r, b0, b1 = _block_range(unit, ntiles, tile, nblocks)
-        for b in range(b1 - b0):
-            _fill(factors[b * block:(b + 1) * block], np.float32(scales[r, b0 + b]))
-        os = out[r, b0 * block:b1 * block]
-        fs = factors[:os.size]
-        unpack_nf4_codes(codes[r, b0 * block // 2:b1 * block // 2], words16)
-        for i in range(os.size):
-            os[i] = store_float(NF4_VALUES[buffer[i]] * fs[i], like)
+    _NF4_DEQUANTIZE(part, parts, codes, scales, block, (), tile, like, out)
 
 
 #: Blocks per parallel work unit.
@@ -297,16 +335,10 @@ def _nf4_dequantize(inputs, spec, out) -> None:
                           kernel_float_view(out))
 
 
-class BlockOps:
+class BlockOps(BlockKernelOps):
     """Every registered block format, and amax (:class:`~nbquant.backends.interface.Backend`)."""
 
-    def block_quantize(self, x, spec, outputs) -> None:
-        """The ``cpu`` quantize kernel of ``spec.format`` (:func:`~nbquant.blocks.block_kernel`)."""
-        find_kernel("cpu", spec.format, "quantize")(x, spec, outputs)
-
-    def block_dequantize(self, inputs, spec, out) -> None:
-        """The ``cpu`` dequantize kernel of ``spec.format``."""
-        find_kernel("cpu", spec.format, "dequantize")(inputs, spec, out)
+    target = "cpu"
 
     def amax(self, x) -> np.float32:
         """``max |x|`` (NaN if any element is NaN)."""

@@ -35,6 +35,61 @@ from ._kernel import cpu_kernel, part_range, quotient, work_unit
 # negative-index wraparound check alive and stops vectorization (5x slower).
 
 
+def block_frame(block):
+    """The walk of a kernel over (P, R, C) work units, one call of ``block`` per scale block.
+
+    ``block(args, p, r, sp, sr, g, c, stop)`` is an :func:`~nbquant.element.element_function`
+    that does columns ``[c, stop)`` of canonical row ``(p, r)``, in scale block ``g`` of scale
+    row ``(sp, sr)``; ``args`` is the kernel's parameters it reads. Returns
+    ``walk(part, parts, shape, tile, bp, br, bc, args)`` for the kernel to call (numba
+    freezes the closure's ``block`` as a constant and inlines it).
+    """
+
+    @element_function
+    def walk(part, parts, shape, tile, bp, br, bc, args):
+        P, R, C = shape
+        ntiles = (C + tile - 1) // tile
+        first, last = part_range(P * R * ntiles, part, parts)
+        for unit in range(first, last):
+            p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+            g = quotient(c, bc)
+            while c < end:
+                stop = min((g + 1) * bc, end)
+                block(args, p, r, sp, sr, g, c, stop)
+                c = stop
+                g += 1
+
+    return walk
+
+
+def chunk_frame(chunk):
+    """The walk of a packing kernel over (P, R, C) work units, a byte buffer of :data:`PACK_CHUNK` codes at a time.
+
+    ``chunk(args, p, r, sp, sr, g, c, stop, codes, words16, words32) -> g`` is an
+    :func:`~nbquant.element.element_function` that does columns ``[c, stop)`` of canonical
+    row ``(p, r)`` through the buffer ``codes`` (and its ``uint16``/``uint32`` views),
+    starting in scale block ``g``, and returns the scale block of column ``stop``. Returns
+    ``walk(part, parts, shape, tile, bp, br, bc, args)``, as :func:`block_frame`.
+    """
+
+    @element_function
+    def walk(part, parts, shape, tile, bp, br, bc, args):
+        P, R, C = shape
+        ntiles = (C + tile - 1) // tile
+        first, last = part_range(P * R * ntiles, part, parts)
+        codes = np.empty(PACK_CHUNK, np.uint8)
+        words16, words32 = codes.view(np.uint16), codes.view(np.uint32)
+        for unit in range(first, last):
+            p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+            g = quotient(c, bc)
+            while c < end:
+                stop = min(c + PACK_CHUNK, end)
+                g = chunk(args, p, r, sp, sr, g, c, stop, codes, words16, words32)
+                c = stop
+
+    return walk
+
+
 @cpu_kernel
 def quantize_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, mask, bp, br, bc, tile, out):
     """Quantize ``x`` (P, R, C) into unsigned code storage ``out`` (P, R, C).
@@ -222,11 +277,11 @@ def dequantize_packed_kernel(part, parts, q, scale, zp, has_zp, nbits, signed, b
     """Dequantize packed bytes ``q`` (P, R, C / k) into ``out`` (P, R, C); blocks as in the packed quantize.
 
     4-bit codes: two strided stores per byte, per scale block. 2-bit codes go through a byte
-    buffer (:func:`_dequantize_two_bit`): four strided stores per byte do not vectorize.
+    buffer (:func:`_dequantize_two_bit_chunk`): four strided stores per byte do not vectorize.
     """
     P, R, C = out.shape
     if nbits == 2:
-        _dequantize_two_bit(part, parts, q, scale, zp, has_zp, signed, bp, br, bc, tile, like, out)
+        _DEQUANTIZE_TWO_BIT(part, parts, out.shape, tile, bp, br, bc, (q, scale, zp, has_zp, signed, bc, like, out))
         return
     k = 8 // nbits
     kshift = 1 if k == 2 else 2  # byte index = code index >> kshift (a per-block division costs ~2 cycles/code)
@@ -262,32 +317,26 @@ def dequantize_packed_kernel(part, parts, q, scale, zp, has_zp, nbits, signed, b
 
 
 @element_function
-def _dequantize_two_bit(part, parts, q, scale, zp, has_zp, signed, bp, br, bc, tile, like, out):
-    """2-bit codes: a chunk of :data:`PACK_CHUNK` spread into a byte buffer (in L1) with
-    :func:`~nbquant.element.unpack_byte_codes`, then one contiguous loop per scale block."""
-    P, R, C = out.shape
-    ntiles = (C + tile - 1) // tile
-    first, last = part_range(P * R * ntiles, part, parts)
-    codes = np.empty(PACK_CHUNK, np.uint8)
-    words16, words32 = codes.view(np.uint16), codes.view(np.uint32)
-    for unit in range(first, last):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = quotient(c, bc)
-        while c < end:
-            stop = min(c + PACK_CHUNK, end)
-            unpack_byte_codes(q[p, r, c >> 2:(stop + 3) >> 2], words16, words32, 2)
-            b = c
-            while b < stop:
-                b_end = min((g + 1) * bc, stop)
-                cs, os = codes[b - c:b_end - c], out[p, r, b:b_end]
-                if has_zp:
-                    _dequantize_block(cs, os, scale[sp, sr, g], zp[sp, sr, g], 2, signed, like)
-                else:
-                    _dequantize_block(cs, os, scale[sp, sr, g], ZERO, 2, signed, like)
-                if b_end == (g + 1) * bc:
-                    g += 1
-                b = b_end
-            c = stop
+def _dequantize_two_bit_chunk(args, p, r, sp, sr, g, c, stop, codes, words16, words32):
+    """2-bit codes: a chunk spread into the byte buffer with :func:`~nbquant.element.unpack_byte_codes`, then one
+    contiguous loop per scale block."""
+    q, scale, zp, has_zp, signed, bc, like, out = args
+    unpack_byte_codes(q[p, r, c >> 2:(stop + 3) >> 2], words16, words32, 2)
+    b = c
+    while b < stop:
+        b_end = min((g + 1) * bc, stop)
+        cs, os = codes[b - c:b_end - c], out[p, r, b:b_end]
+        if has_zp:
+            _dequantize_block(cs, os, scale[sp, sr, g], zp[sp, sr, g], 2, signed, like)
+        else:
+            _dequantize_block(cs, os, scale[sp, sr, g], ZERO, 2, signed, like)
+        if b_end == (g + 1) * bc:
+            g += 1
+        b = b_end
+    return g
+
+
+_DEQUANTIZE_TWO_BIT = chunk_frame(_dequantize_two_bit_chunk)
 
 
 @cpu_kernel
@@ -300,33 +349,33 @@ def fake_amax_kernel(part, parts, x, amax, is_float, maxbound, qmin, qmax, fp, b
     Float path (``is_float``): ``decode(encode(clamp(x * S))) * fl(1 / S)`` with
     ``S = fl(fl(1 / amax) * maxbound)``.
     """
-    P, R, C = x.shape
-    ntiles = (C + tile - 1) // tile
-    first, last = part_range(P * R * ntiles, part, parts)
-    for unit in range(first, last):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = quotient(c, bc)
-        while c < end:
-            stop = min((g + 1) * bc, end)
-            a = amax[sp, sr, g]
-            xs, os = x[p, r, c:stop], out[p, r, c:stop]
-            if is_float:
-                s, inv = e4m3_scales(a, maxbound)
-                for i in range(xs.size):
-                    os[i] = store_float(scaled_minifloat_fake(xs[i], s, inv, maxbound, fp), like)
-            else:
-                sq, sdq = amax_scales(a, maxbound)
-                if store_codes:
-                    cs = codes[p, r, c:stop]
-                    for i in range(xs.size):
-                        q = amax_code(xs[i], sq, qmin, qmax)
-                        cs[i] = q
-                        os[i] = store_float(q / sdq, like)
-                else:
-                    for i in range(xs.size):
-                        os[i] = store_float(amax_code(xs[i], sq, qmin, qmax) / sdq, like)
-            c = stop
-            g += 1
+    _FAKE_AMAX(part, parts, x.shape, tile, bp, br, bc,
+               (x, amax, is_float, maxbound, qmin, qmax, fp, like, out, store_codes, codes))
+
+
+@element_function
+def _fake_amax_block(args, p, r, sp, sr, g, c, stop):
+    x, amax, is_float, maxbound, qmin, qmax, fp, like, out, store_codes, codes = args
+    a = amax[sp, sr, g]
+    xs, os = x[p, r, c:stop], out[p, r, c:stop]
+    if is_float:
+        s, inv = e4m3_scales(a, maxbound)
+        for i in range(xs.size):
+            os[i] = store_float(scaled_minifloat_fake(xs[i], s, inv, maxbound, fp), like)
+    else:
+        sq, sdq = amax_scales(a, maxbound)
+        if store_codes:
+            cs = codes[p, r, c:stop]
+            for i in range(xs.size):
+                q = amax_code(xs[i], sq, qmin, qmax)
+                cs[i] = q
+                os[i] = store_float(q / sdq, like)
+        else:
+            for i in range(xs.size):
+                os[i] = store_float(amax_code(xs[i], sq, qmin, qmax) / sdq, like)
+
+
+_FAKE_AMAX = block_frame(_fake_amax_block)
 
 
 @cpu_kernel
@@ -348,18 +397,17 @@ def fake_affine_kernel(part, parts, x, step, qz, minb, maxb, tile, like, out):
 @cpu_kernel
 def ste_kernel(part, parts, grad, x, lo, hi, bp, br, bc, tile, like, out):
     """``out = grad where lo <= x <= hi else 0`` over (P, R, C) with block-grid bounds ``lo``/``hi``."""
-    P, R, C = x.shape
-    ntiles = (C + tile - 1) // tile
-    first, last = part_range(P * R * ntiles, part, parts)
-    for unit in range(first, last):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = quotient(c, bc)
-        while c < end:
-            stop = min((g + 1) * bc, end)
-            a = lo[sp, sr, g]
-            b = hi[sp, sr, g]
-            xs, gs, os = x[p, r, c:stop], grad[p, r, c:stop], out[p, r, c:stop]
-            for i in range(xs.size):
-                os[i] = store_float(ste_value(gs[i], xs[i], a, b), like)
-            c = stop
-            g += 1
+    _STE(part, parts, x.shape, tile, bp, br, bc, (grad, x, lo, hi, like, out))
+
+
+@element_function
+def _ste_block(args, p, r, sp, sr, g, c, stop):
+    grad, x, lo, hi, like, out = args
+    a = lo[sp, sr, g]
+    b = hi[sp, sr, g]
+    xs, gs, os = x[p, r, c:stop], grad[p, r, c:stop], out[p, r, c:stop]
+    for i in range(xs.size):
+        os[i] = store_float(ste_value(gs[i], xs[i], a, b), like)
+
+
+_STE = block_frame(_ste_block)

@@ -8,8 +8,6 @@ block: 4-bit codes two per byte, 6-bit codes four in three bytes. All numerics l
 
 from __future__ import annotations
 
-import numpy as np
-
 from ...element import (
     element_function,
     float_value,
@@ -21,24 +19,20 @@ from ...element import (
     unpack_six_bit_codes,
 )
 from ...modes import ScaleOp
-from ._kernel import cpu_kernel, part_range, quotient, work_unit
-from .elementwise import PACK_CHUNK
+from ._kernel import cpu_kernel
+from .elementwise import block_frame, chunk_frame
 
 
 @cpu_kernel
 def quantize_float_kernel(part, parts, x, scale, scale_op, fp, saturate, bp, br, bc, tile, out):
     """Encode ``x / scale`` (P, R, C) as floating-point codes ``out`` (P, R, C), one per byte."""
-    P, R, C = x.shape
-    ntiles = (C + tile - 1) // tile
-    first, last = part_range(P * R * ntiles, part, parts)
-    for unit in range(first, last):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = quotient(c, bc)
-        while c < end:
-            stop = min((g + 1) * bc, end)
-            quantize_float_block(x[p, r, c:stop], out[p, r, c:stop], scale[sp, sr, g], scale_op, fp, saturate)
-            c = stop
-            g += 1
+    _QUANTIZE_FLOAT(part, parts, x.shape, tile, bp, br, bc, (x, scale, scale_op, fp, saturate, out))
+
+
+@element_function
+def _quantize_float_one_block(args, p, r, sp, sr, g, c, stop):
+    x, scale, scale_op, fp, saturate, out = args
+    quantize_float_block(x[p, r, c:stop], out[p, r, c:stop], scale[sp, sr, g], scale_op, fp, saturate)
 
 
 @element_function
@@ -59,6 +53,9 @@ def quantize_float_block(xs, os, s, scale_op, fp, saturate):
         _quantize_float_block(xs, os, s, scale_op, fp, saturate)
 
 
+_QUANTIZE_FLOAT = block_frame(_quantize_float_one_block)
+
+
 @cpu_kernel
 def quantize_float_packed_kernel(part, parts, x, scale, scale_op, fp, saturate, bp, br, bc, tile, out):
     """Encode ``x / scale`` (P, R, C) as packed 4-bit (2 per byte) or 6-bit (4 in 3 bytes) floating-point codes.
@@ -69,51 +66,45 @@ def quantize_float_packed_kernel(part, parts, x, scale, scale_op, fp, saturate, 
     :func:`~nbquant.element.pack_byte_codes` or :func:`~nbquant.element.pack_six_bit_codes`,
     as the integer kernel does (encoding group by group does not vectorize: 10x slower).
     """
-    P, R, C = x.shape
-    six = fp[0] + fp[1] == 5
-    ntiles = (C + tile - 1) // tile
-    first, last = part_range(P * R * ntiles, part, parts)
-    codes = np.empty(PACK_CHUNK, np.uint8)
-    words16, words32 = codes.view(np.uint16), codes.view(np.uint32)
-    for unit in range(first, last):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = quotient(c, bc)
-        while c < end:
-            stop = min(c + PACK_CHUNK, end)
-            if bc == 1:
-                xs, ss, cs = x[p, r, c:stop], scale[sp, sr, c:stop], codes[:stop - c]
-                for i in range(xs.size):
-                    cs[i] = quantize_float_value(xs[i], ss[i], scale_op, fp, saturate)
-            else:
-                b = c
-                while b < stop:
-                    b_end = min((g + 1) * bc, stop)
-                    quantize_float_block(x[p, r, b:b_end], codes[b - c:b_end - c], scale[sp, sr, g], scale_op, fp,
-                                         saturate)
-                    if b_end == (g + 1) * bc:
-                        g += 1
-                    b = b_end
-            if six:  # tiles and chunks start on whole groups of four codes
-                pack_six_bit_codes(words32, out[p, r, (c >> 2) * 3:(stop >> 2) * 3])
-            else:
-                pack_byte_codes(words16, words32, out[p, r, c >> 1:stop >> 1], 4)
-            c = stop
+    _QUANTIZE_FLOAT_PACKED(part, parts, x.shape, tile, bp, br, bc,
+                           (x, scale, scale_op, fp, saturate, fp[0] + fp[1] == 5, bc, out))
+
+
+@element_function
+def _quantize_float_chunk(args, p, r, sp, sr, g, c, stop, codes, words16, words32):
+    x, scale, scale_op, fp, saturate, six, bc, out = args
+    if bc == 1:
+        xs, ss, cs = x[p, r, c:stop], scale[sp, sr, c:stop], codes[:stop - c]
+        for i in range(xs.size):
+            cs[i] = quantize_float_value(xs[i], ss[i], scale_op, fp, saturate)
+    else:
+        b = c
+        while b < stop:
+            b_end = min((g + 1) * bc, stop)
+            quantize_float_block(x[p, r, b:b_end], codes[b - c:b_end - c], scale[sp, sr, g], scale_op, fp, saturate)
+            if b_end == (g + 1) * bc:
+                g += 1
+            b = b_end
+    if six:  # tiles and chunks start on whole groups of four codes
+        pack_six_bit_codes(words32, out[p, r, (c >> 2) * 3:(stop >> 2) * 3])
+    else:
+        pack_byte_codes(words16, words32, out[p, r, c >> 1:stop >> 1], 4)
+    return g
+
+
+_QUANTIZE_FLOAT_PACKED = chunk_frame(_quantize_float_chunk)
 
 
 @cpu_kernel
 def dequantize_float_kernel(part, parts, q, scale, fp, bp, br, bc, tile, like, out):
     """Decode floating-point codes ``q`` (P, R, C) times their scale into ``out``."""
-    P, R, C = q.shape
-    ntiles = (C + tile - 1) // tile
-    first, last = part_range(P * R * ntiles, part, parts)
-    for unit in range(first, last):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = quotient(c, bc)
-        while c < end:
-            stop = min((g + 1) * bc, end)
-            _decode_block(q[p, r, c:stop], out[p, r, c:stop], scale[sp, sr, g], fp, like)
-            c = stop
-            g += 1
+    _DEQUANTIZE_FLOAT(part, parts, q.shape, tile, bp, br, bc, (q, scale, fp, like, out))
+
+
+@element_function
+def _decode_one_block(args, p, r, sp, sr, g, c, stop):
+    q, scale, fp, like, out = args
+    _decode_block(q[p, r, c:stop], out[p, r, c:stop], scale[sp, sr, g], fp, like)
 
 
 @element_function
@@ -123,6 +114,9 @@ def _decode_block(qs, os, s, fp, like):
         os[i] = store_float(float_value(qs[i], s, fp), like)
 
 
+_DEQUANTIZE_FLOAT = block_frame(_decode_one_block)
+
+
 @cpu_kernel
 def dequantize_float_packed_kernel(part, parts, q, scale, fp, bp, br, bc, tile, like, out):
     """Decode packed 4-bit or 6-bit floating-point codes ``q`` (see the packed quantize) into ``out`` (P, R, C).
@@ -130,26 +124,25 @@ def dequantize_float_packed_kernel(part, parts, q, scale, fp, bp, br, bc, tile, 
     The codes of a chunk are spread into a byte buffer (:func:`~nbquant.element.unpack_byte_codes`,
     :func:`~nbquant.element.unpack_six_bit_codes`) and decoded one contiguous loop per scale block.
     """
-    P, R, C = out.shape
-    six = fp[0] + fp[1] == 5
-    ntiles = (C + tile - 1) // tile
-    first, last = part_range(P * R * ntiles, part, parts)
-    codes = np.empty(PACK_CHUNK, np.uint8)
-    words16, words32 = codes.view(np.uint16), codes.view(np.uint32)
-    for unit in range(first, last):
-        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        g = quotient(c, bc)
-        while c < end:
-            stop = min(c + PACK_CHUNK, end)
-            if six:
-                unpack_six_bit_codes(q[p, r, (c >> 2) * 3:(stop >> 2) * 3], words32)
-            else:
-                unpack_byte_codes(q[p, r, c >> 1:stop >> 1], words16, words32, 4)
-            b = c
-            while b < stop:
-                b_end = min((g + 1) * bc, stop)
-                _decode_block(codes[b - c:b_end - c], out[p, r, b:b_end], scale[sp, sr, g], fp, like)
-                if b_end == (g + 1) * bc:
-                    g += 1
-                b = b_end
-            c = stop
+    _DEQUANTIZE_FLOAT_PACKED(part, parts, out.shape, tile, bp, br, bc,
+                             (q, scale, fp, fp[0] + fp[1] == 5, bc, like, out))
+
+
+@element_function
+def _decode_chunk(args, p, r, sp, sr, g, c, stop, codes, words16, words32):
+    q, scale, fp, six, bc, like, out = args
+    if six:
+        unpack_six_bit_codes(q[p, r, (c >> 2) * 3:(stop >> 2) * 3], words32)
+    else:
+        unpack_byte_codes(q[p, r, c >> 1:stop >> 1], words16, words32, 4)
+    b = c
+    while b < stop:
+        b_end = min((g + 1) * bc, stop)
+        _decode_block(codes[b - c:b_end - c], out[p, r, b:b_end], scale[sp, sr, g], fp, like)
+        if b_end == (g + 1) * bc:
+            g += 1
+        b = b_end
+    return g
+
+
+_DEQUANTIZE_FLOAT_PACKED = chunk_frame(_decode_chunk)

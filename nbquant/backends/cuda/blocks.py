@@ -25,7 +25,7 @@ import numpy as np
 from numba import cuda, types
 
 from ... import element
-from ...blocks._format import block_kernel, find_kernel, import_kernel_modules
+from ...blocks._format import BlockKernelOps, block_kernel, import_kernel_modules
 from .._views import float32_from_bits, kernel_float_view, output_float_like
 from . import runtime
 from ._loops import U1, thread_start
@@ -59,182 +59,195 @@ def _absmax_bits(xs, c, end):
     return amax
 
 
+def _block_frame(body):
+    """The walk of a block kernel over its (rows, ...) arrays, around one block operation.
+
+    ``body(args, views, b, c, c1)`` is a ``cuda.jit(device=True, inline="always")``
+    function: it does scale block ``b``, columns ``c:c1``, of one row, with ``views`` the
+    row views of ``args[0:3]`` (read once per row; the rest of ``args`` are its parameters).
+    Returns ``walk(block, scales, args)``: ``scales`` (rows, n / block) gives the block count.
+    """
+
+    @cuda.jit(device=True, inline="always")
+    def walk(block, scales, args):
+        rows = np.uint64(scales.shape[0])
+        nblocks = np.uint64(scales.shape[1])
+        ub = np.uint64(block)
+        start, stride = thread_start()
+        row = np.uint64(cuda.blockIdx.y)
+        while row < rows:
+            views = (args[0][row], args[1][row], args[2][row])
+            b = start
+            while b < nblocks:
+                c = b * ub
+                body(args, views, b, c, c + ub)
+                b += stride
+            row += np.uint64(cuda.gridDim.y)
+
+    return walk
+
+
+# Each format: what one block does (``args`` is the arrays, then the kernel's parameters), the walk
+# :func:`_block_frame` builds around it, and the kernel: its signature and one call.
+
+
+@cuda.jit(device=True, inline="always")
+def _mx_quantize_block(args, views, b, c, c1):
+    emax, max_mantissa, round_up, fp, is_int, packed = args[3:9]
+    xs, cs, ss = views
+    code = element.mx_scale_code(_absmax_bits(xs, c, c1), emax, max_mantissa, round_up)
+    ss[b] = code
+    inv = element.mx_inverse_scale(code)
+    if packed:
+        j = c // _U2
+        while c < c1:
+            cs[j] = element.pack_pair(element.encode_product(xs[c], inv, fp),
+                                      element.encode_product(xs[c + U1], inv, fp))
+            j += U1
+            c += _U2
+    elif is_int:
+        while c < c1:
+            cs[c] = element.mx_int8(element.load_f32(xs[c]) * inv)
+            c += U1
+    else:
+        while c < c1:
+            cs[c] = element.encode_product(xs[c], inv, fp)
+            c += U1
+
+
+_MX_QUANTIZE = _block_frame(_mx_quantize_block)
+
+
 @cuda_kernel(lambda d: types.void(array_type(d, 2), I64, I64, I64, B1, FP_TUPLE, B1, B1, _U8, _U8), _FROM_FLOATS)
 def mx_quantize_kernel(x, block, emax, max_mantissa, round_up, fp, is_int, packed, codes, scales):
     """MX quantize ``x`` (rows, n): E8M0 ``scales`` (rows, n / block) and ``codes`` (rows, n or n / 2)."""
-    rows = np.uint64(x.shape[0])
-    nblocks = np.uint64(scales.shape[1])
-    ub = np.uint64(block)
-    start, stride = thread_start()
-    row = np.uint64(cuda.blockIdx.y)
-    while row < rows:
-        xs, cs, ss = x[row], codes[row], scales[row]
-        b = start
-        while b < nblocks:
-            c = b * ub
-            c1 = c + ub
-            code = element.mx_scale_code(_absmax_bits(xs, c, c1), emax, max_mantissa, round_up)
-            ss[b] = code
-            inv = element.mx_inverse_scale(code)
-            if packed:
-                j = c // _U2
-                while c < c1:
-                    cs[j] = element.pack_pair(element.encode_product(xs[c], inv, fp),
-                                              element.encode_product(xs[c + U1], inv, fp))
-                    j += U1
-                    c += _U2
-            elif is_int:
-                while c < c1:
-                    cs[c] = element.mx_int8(element.load_f32(xs[c]) * inv)
-                    c += U1
-            else:
-                while c < c1:
-                    cs[c] = element.encode_product(xs[c], inv, fp)
-                    c += U1
-            b += stride
-        row += np.uint64(cuda.gridDim.y)
+    _MX_QUANTIZE(block, scales, (x, codes, scales, emax, max_mantissa, round_up, fp, is_int, packed))
+
+
+@cuda.jit(device=True, inline="always")
+def _mx_dequantize_block(args, views, b, c, c1):
+    fp, is_int, packed, like = args[3:7]
+    qs, ss, os = views
+    s = element.decode_e8m0(ss[b])
+    if packed:
+        j = c // _U2
+        while c < c1:
+            byte = np.int32(qs[j])
+            os[c] = element.store_float(element.decode_fp(element.unpack_field(byte, 0, 4), fp) * s, like)
+            os[c + U1] = element.store_float(element.decode_fp(element.unpack_field(byte, 1, 4), fp) * s, like)
+            j += U1
+            c += _U2
+    elif is_int:
+        while c < c1:
+            os[c] = element.store_float(element.code_value(qs[c], 8, True) * element.MXINT8_STEP * s, like)
+            c += U1
+    else:
+        while c < c1:
+            os[c] = element.store_float(element.decode_fp(qs[c], fp) * s, like)
+            c += U1
+
+
+_MX_DEQUANTIZE = _block_frame(_mx_dequantize_block)
 
 
 @cuda_kernel(lambda o: types.void(_U8, _U8, I64, FP_TUPLE, B1, B1, scalar_type(o), array_type(o, 2)), _TO_FLOATS)
 def mx_dequantize_kernel(codes, scales, block, fp, is_int, packed, like, out):
     """MX dequantize ``codes`` with E8M0 ``scales`` into ``out`` (rows, n): ``element * 2**(scale - 127)``."""
-    rows = np.uint64(out.shape[0])
-    nblocks = np.uint64(scales.shape[1])
-    ub = np.uint64(block)
-    start, stride = thread_start()
-    row = np.uint64(cuda.blockIdx.y)
-    while row < rows:
-        qs, ss, os = codes[row], scales[row], out[row]
-        b = start
-        while b < nblocks:
-            s = element.decode_e8m0(ss[b])
-            c = b * ub
-            c1 = c + ub
-            if packed:
-                j = c // _U2
-                while c < c1:
-                    byte = np.int32(qs[j])
-                    os[c] = element.store_float(element.decode_fp(element.unpack_field(byte, 0, 4), fp) * s, like)
-                    os[c + U1] = element.store_float(element.decode_fp(element.unpack_field(byte, 1, 4), fp) * s, like)
-                    j += U1
-                    c += _U2
-            elif is_int:
-                while c < c1:
-                    os[c] = element.store_float(element.code_value(qs[c], 8, True) * element.MXINT8_STEP * s, like)
-                    c += U1
-            else:
-                while c < c1:
-                    os[c] = element.store_float(element.decode_fp(qs[c], fp) * s, like)
-                    c += U1
-            b += stride
-        row += np.uint64(cuda.gridDim.y)
+    _MX_DEQUANTIZE(block, scales, (codes, scales, out, fp, is_int, packed, like))
+
+
+@cuda.jit(device=True, inline="always")
+def _nvfp4_quantize_block(args, views, b, c, c1):
+    global_scale, six_global = args[3:5]
+    xs, cs, ss = views
+    code = element.nvfp4_block_scale(element.bits_f32(_absmax_bits(xs, c, c1)), six_global)
+    ss[b] = code
+    denom = element.decode_fp(code, element.E4M3) * global_scale
+    j = c // _U2
+    while c < c1:
+        cs[j] = element.pack_pair(element.encode_quotient(xs[c], denom, element.E2M1),
+                                  element.encode_quotient(xs[c + U1], denom, element.E2M1))
+        j += U1
+        c += _U2
+
+
+_NVFP4_QUANTIZE = _block_frame(_nvfp4_quantize_block)
 
 
 @cuda_kernel(lambda d: types.void(array_type(d, 2), I64, F32, F32, _U8, _U8), _FROM_FLOATS)
 def nvfp4_quantize_kernel(x, block, global_scale, six_global, codes, scales):
     """NVFP4 quantize ``x`` (rows, n): e4m3 ``scales`` (rows, n / block), packed e2m1 ``codes`` (rows, n / 2)."""
-    rows = np.uint64(x.shape[0])
-    nblocks = np.uint64(scales.shape[1])
-    ub = np.uint64(block)
-    start, stride = thread_start()
-    row = np.uint64(cuda.blockIdx.y)
-    while row < rows:
-        xs, cs, ss = x[row], codes[row], scales[row]
-        b = start
-        while b < nblocks:
-            c = b * ub
-            c1 = c + ub
-            code = element.nvfp4_block_scale(element.bits_f32(_absmax_bits(xs, c, c1)), six_global)
-            ss[b] = code
-            denom = element.decode_fp(code, element.E4M3) * global_scale
-            j = c // _U2
-            while c < c1:
-                cs[j] = element.pack_pair(element.encode_quotient(xs[c], denom, element.E2M1),
-                                          element.encode_quotient(xs[c + U1], denom, element.E2M1))
-                j += U1
-                c += _U2
-            b += stride
-        row += np.uint64(cuda.gridDim.y)
+    _NVFP4_QUANTIZE(block, scales, (x, codes, scales, global_scale, six_global))
+
+
+@cuda.jit(device=True, inline="always")
+def _nvfp4_dequantize_block(args, views, b, c, c1):
+    global_scale, like = args[3:5]
+    qs, ss, os = views
+    s = element.decode_fp(ss[b], element.E4M3) * global_scale
+    j = c // _U2
+    while c < c1:
+        byte = np.int32(qs[j])
+        for t in range(2):
+            value = element.decode_fp(element.unpack_field(byte, t, 4), element.E2M1) * s
+            os[c + np.uint64(t)] = element.store_float(value, like)
+        j += U1
+        c += _U2
+
+
+_NVFP4_DEQUANTIZE = _block_frame(_nvfp4_dequantize_block)
 
 
 @cuda_kernel(lambda o: types.void(_U8, _U8, I64, F32, scalar_type(o), array_type(o, 2)), _TO_FLOATS)
 def nvfp4_dequantize_kernel(codes, scales, block, global_scale, like, out):
     """NVFP4 dequantize into ``out`` (rows, n): ``e2m1 * (e4m3 scale * global_scale)``."""
-    rows = np.uint64(out.shape[0])
-    nblocks = np.uint64(scales.shape[1])
-    ub = np.uint64(block)
-    start, stride = thread_start()
-    row = np.uint64(cuda.blockIdx.y)
-    while row < rows:
-        qs, ss, os = codes[row], scales[row], out[row]
-        b = start
-        while b < nblocks:
-            s = element.decode_fp(ss[b], element.E4M3) * global_scale
-            c = b * ub
-            c1 = c + ub
-            j = c // _U2
-            while c < c1:
-                byte = np.int32(qs[j])
-                for t in range(2):
-                    value = element.decode_fp(element.unpack_field(byte, t, 4), element.E2M1) * s
-                    os[c + np.uint64(t)] = element.store_float(value, like)
-                j += U1
-                c += _U2
-            b += stride
-        row += np.uint64(cuda.gridDim.y)
+    _NVFP4_DEQUANTIZE(block, scales, (codes, scales, out, global_scale, like))
+
+
+@cuda.jit(device=True, inline="always")
+def _nf4_quantize_block(args, views, b, c, c1):
+    xs, cs, ss = views
+    amax = np.float32(element.bits_f32(_absmax_bits(xs, c, c1)))  # a NumPy scalar: 0/0 is NaN on every target
+    ss[b] = amax
+    j = c // _U2
+    while c < c1:
+        cs[j] = element.pack_nf4_pair(element.nf4_code(np.float32(element.load_f32(xs[c])) / amax),
+                                      element.nf4_code(np.float32(element.load_f32(xs[c + U1])) / amax))
+        j += U1
+        c += _U2
+
+
+_NF4_QUANTIZE = _block_frame(_nf4_quantize_block)
 
 
 @cuda_kernel(lambda d: types.void(array_type(d, 2), I64, _U8, array_type(np.float32, 2)), _FROM_FLOATS)
 def nf4_quantize_kernel(x, block, codes, scales):
     """NF4 quantize ``x`` (rows, n): float32 block ``scales`` (amax) and table indices packed high nibble first."""
-    rows = np.uint64(x.shape[0])
-    nblocks = np.uint64(scales.shape[1])
-    ub = np.uint64(block)
-    start, stride = thread_start()
-    row = np.uint64(cuda.blockIdx.y)
-    while row < rows:
-        xs, cs, ss = x[row], codes[row], scales[row]
-        b = start
-        while b < nblocks:
-            c = b * ub
-            c1 = c + ub
-            amax = np.float32(element.bits_f32(_absmax_bits(xs, c, c1)))  # a NumPy scalar: 0/0 is NaN on every target
-            ss[b] = amax
-            j = c // _U2
-            while c < c1:
-                cs[j] = element.pack_nf4_pair(element.nf4_code(np.float32(element.load_f32(xs[c])) / amax),
-                                      element.nf4_code(np.float32(element.load_f32(xs[c + U1])) / amax))
-                j += U1
-                c += _U2
-            b += stride
-        row += np.uint64(cuda.gridDim.y)
+    _NF4_QUANTIZE(block, scales, (x, codes, scales))
+
+
+@cuda.jit(device=True, inline="always")
+def _nf4_dequantize_block(args, views, b, c, c1):
+    like = args[3]
+    qs, ss, os = views
+    s = np.float32(ss[b])
+    j = c // _U2
+    while c < c1:
+        byte = np.int64(qs[j])
+        os[c] = element.store_float(element.NF4_VALUES[element.unpack_field(byte, 1, 4)] * s, like)
+        os[c + U1] = element.store_float(element.NF4_VALUES[element.unpack_field(byte, 0, 4)] * s, like)
+        j += U1
+        c += _U2
+
+
+_NF4_DEQUANTIZE = _block_frame(_nf4_dequantize_block)
 
 
 @cuda_kernel(lambda o: types.void(_U8, array_type(np.float32, 2), I64, scalar_type(o), array_type(o, 2)),
              _TO_FLOATS)
 def nf4_dequantize_kernel(codes, scales, block, like, out):
     """NF4 dequantize into ``out`` (rows, n): ``table[index] * scale`` per block."""
-    rows = np.uint64(out.shape[0])
-    nblocks = np.uint64(scales.shape[1])
-    ub = np.uint64(block)
-    start, stride = thread_start()
-    row = np.uint64(cuda.blockIdx.y)
-    while row < rows:
-        qs, ss, os = codes[row], scales[row], out[row]
-        b = start
-        while b < nblocks:
-            s = np.float32(ss[b])
-            c = b * ub
-            c1 = c + ub
-            j = c // _U2
-            while c < c1:
-                byte = np.int64(qs[j])
-                os[c] = element.store_float(element.NF4_VALUES[element.unpack_field(byte, 1, 4)] * s, like)
-                os[c + U1] = element.store_float(element.NF4_VALUES[element.unpack_field(byte, 0, 4)] * s, like)
-                j += U1
-                c += _U2
-            b += stride
-        row += np.uint64(cuda.gridDim.y)
+    _NF4_DEQUANTIZE(block, scales, (codes, scales, out, like))
 
 
 @cuda_kernel(lambda d: types.void(array_type(d, 1), array_type(np.uint32, 1)), _FROM_FLOATS)
@@ -326,17 +339,11 @@ def _nf4_dequantize(inputs, spec, out) -> None:
     _dequantize_rows(nf4_dequantize_kernel, inputs, (spec.block_size, output_float_like(spec.out_dtype)), out)
 
 
-class BlockOps:
+class BlockOps(BlockKernelOps):
     """Every registered block format, and amax (:class:`~nbquant.backends.interface.Backend`); NumPy or CUDA
     device arrays."""
 
-    def block_quantize(self, x, spec, outputs) -> None:
-        """The ``cuda`` quantize kernel of ``spec.format`` (:func:`~nbquant.blocks.block_kernel`)."""
-        find_kernel("cuda", spec.format, "quantize")(x, spec, outputs)
-
-    def block_dequantize(self, inputs, spec, out) -> None:
-        """The ``cuda`` dequantize kernel of ``spec.format``."""
-        find_kernel("cuda", spec.format, "dequantize")(inputs, spec, out)
+    target = "cuda"
 
     def amax(self, x) -> np.float32:
         """``max |x|`` (NaN if any element is NaN) of a NumPy or CUDA array, computed on the GPU."""

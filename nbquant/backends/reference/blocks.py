@@ -9,7 +9,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from ...blocks._format import block_kernel, find_kernel, import_kernel_modules
+from ...blocks._format import BlockKernelOps, block_kernel, import_kernel_modules
 from .static import pack, store_floats, unpack
 
 
@@ -124,16 +124,10 @@ def nf4_dequantize(inputs, spec, out) -> None:
     store_floats(out, values)
 
 
-class BlockOps:
+class BlockOps(BlockKernelOps):
     """Every registered block format, and amax (:class:`~nbquant.backends.interface.Backend`)."""
 
-    def block_quantize(self, x, spec, outputs) -> None:
-        """The ``reference`` quantize kernel of ``spec.format`` (:func:`~nbquant.blocks.block_kernel`)."""
-        find_kernel("reference", spec.format, "quantize")(x, spec, outputs)
-
-    def block_dequantize(self, inputs, spec, out) -> None:
-        """The ``reference`` dequantize kernel of ``spec.format``."""
-        find_kernel("reference", spec.format, "dequantize")(inputs, spec, out)
+    target = "reference"
 
     def amax(self, x) -> float:
         """``max |x|`` as float32 (NaN if any element is NaN)."""
