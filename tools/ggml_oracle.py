@@ -17,6 +17,8 @@ Usage::
 
     python tools/ggml_oracle.py            # build (or find) the library, print its path
     python tools/ggml_oracle.py quantize   # build (or find) llama-quantize, print its path
+    python tools/ggml_oracle.py parity     # both builds the parity tests use (the library, llama-quantize with
+                                           # its C++ at -O0): .ci/run builds them while the default tier runs
 """
 
 from __future__ import annotations
@@ -155,4 +157,9 @@ class GgmlOracle:
 
 
 if __name__ == "__main__":
-    print(build_quantize() if sys.argv[1:] == ["quantize"] else build_library())
+    _WHAT = {"": lambda: [build_library()], "quantize": lambda: [build_quantize()],
+             "parity": lambda: [build_library(), build_quantize(optimized=False)]}
+    _ARG = " ".join(sys.argv[1:])
+    if _ARG not in _WHAT:
+        sys.exit(f"ggml_oracle.py: unknown target {_ARG!r}; give nothing (the library), 'quantize' or 'parity'")
+    print(*_WHAT[_ARG](), sep="\n")
