@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from ._docstrings import DOCS, fill_doc
 from .backends import resolve_backend
 from .formats import get_format
 from .layout import BlockLayout, resolve_layout
@@ -88,6 +89,7 @@ def _param_shape(layout: BlockLayout, block_size) -> tuple[int, ...]:
     return tuple(g for g in layout.grid if g != 1)
 
 
+@fill_doc(**DOCS)
 def choose_qparams(
     x: npt.ArrayLike,
     dtype: str | npt.DTypeLike,
@@ -139,8 +141,7 @@ def choose_qparams(
         How :func:`quantize_dynamic` applies the scale and what to pass to
         :func:`nbquant.quantize`: ``"reciprocal"`` (torchao's ``x * fl(1 / s)``, the
         default), ``"divide"``; ``"multiply"`` (the only choice for ``"modelopt"``).
-    backend : str, optional
-        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+    {backend}
 
     Returns
     -------
