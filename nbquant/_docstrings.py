@@ -29,7 +29,7 @@ out_dtype : dtype, optional
     float32 (default), float16 or bfloat16.
 """
 #: The Parameters section of a container's ``dequantize(out_dtype, backend)`` method.
-DECODE_PARAMETERS = "\nParameters\n----------" + OUT_DTYPE + BACKEND
+DECODE_PARAMETERS = "\n".join(["Parameters", "----------", OUT_DTYPE.strip("\n"), BACKEND.strip("\n")])
 #: The pieces above by their slot names.
 DOCS = {"backend": BACKEND, "out_dtype": OUT_DTYPE, "decode_parameters": DECODE_PARAMETERS}
 
