@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._dask import any_dask_array, is_dask_array
+from ._docstrings import DOCS, fill_doc
 from .backends import device_code_input, device_float_input, is_device_array
 from .block_rows import check_blocking, run_dequantize, run_quantize
 from .blocks import BlockSpec, block_format_names, get_block_format
@@ -48,6 +49,13 @@ MX_FORMATS: dict[str, tuple[str, int]] = {
 }
 _NVFP4 = get_block_format("nvfp4")
 _E2M1 = get_format("float4_e2m1fn")
+#: The docstring pieces of this module's functions (:func:`nbquant._docstrings.fill_doc`).
+_DOCS = DOCS | {"decoded_returns": """
+    Returns
+    -------
+    numpy.ndarray
+        The values, of ``out_dtype``, in the shape of the quantized input.
+    """}
 
 
 @dataclass(frozen=True)
@@ -83,15 +91,11 @@ class BlockQuantized:
     packed: bool
     global_scale: np.float32 | None = None
 
+    @fill_doc(**_DOCS)
     def dequantize(self, out_dtype: npt.DTypeLike = np.float32, backend: str | None = None) -> np.ndarray:
         """Decode back to floats (see :func:`dequantize_mx` and :func:`dequantize_nvfp4`).
 
-        Parameters
-        ----------
-        out_dtype : dtype, optional
-            float32 (default), float16 or bfloat16.
-        backend : str, optional
-            ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+        {decode_parameters}
 
         Returns
         -------
@@ -202,6 +206,7 @@ def _check_codes(data, scales, element: QuantFormat, packed: bool, axis, block_s
     return data, scales, k, b, n
 
 
+@fill_doc(**_DOCS)
 def dequantize_mx(
     data: npt.ArrayLike,
     scales: npt.ArrayLike,
@@ -228,15 +233,10 @@ def dequantize_mx(
         As given to :func:`quantize_mx` (default 32).
     packed : bool, optional
         As given to :func:`quantize_mx` (default True for mxfp4).
-    out_dtype : dtype, optional
-        float32 (default), float16 or bfloat16.
-    backend : str, optional
-        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+    {out_dtype}
+    {backend}
 
-    Returns
-    -------
-    numpy.ndarray
-        The values, of ``out_dtype``, in the shape of the quantized input.
+    {decoded_returns}
 
     Examples
     --------
@@ -252,6 +252,7 @@ def dequantize_mx(
     return run_dequantize((data, scales), replace(spec, block_size=b), k, n, backend)
 
 
+@fill_doc(**_DOCS)
 def quantize_nvfp4(
     x: npt.ArrayLike,
     *,
@@ -274,8 +275,7 @@ def quantize_nvfp4(
         input), computed by a reduction pass before the fused pass.
     axis, block_size : int, optional
         Blocks of ``block_size`` (16) along ``axis`` (the last by default).
-    backend : str, optional
-        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+    {backend}
 
     Returns
     -------
@@ -305,6 +305,7 @@ def quantize_nvfp4(
     return BlockQuantized(data, scales, "nvfp4", k, b, True, spec.params.global_scale)
 
 
+@fill_doc(**_DOCS)
 def dequantize_nvfp4(
     data: npt.ArrayLike,
     scales: npt.ArrayLike,
@@ -338,10 +339,7 @@ def dequantize_nvfp4(
     backend : str, optional
         As in :func:`dequantize_mx`.
 
-    Returns
-    -------
-    numpy.ndarray
-        The values, of ``out_dtype``, in the shape of the quantized input.
+    {decoded_returns}
 
     Examples
     --------

@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from ._docstrings import DOCS, fill_doc
 from .backends import resolve_backend
 from .formats import get_format
 from .layout import BlockLayout, resolve_layout
@@ -88,6 +89,18 @@ def _param_shape(layout: BlockLayout, block_size) -> tuple[int, ...]:
     return tuple(g for g in layout.grid if g != 1)
 
 
+def _prepare(x, dtype, axis, block_size, mapping, quant_min, quant_max, eps, narrow_range, scale_op, packed, backend):
+    """``x`` read where it lives, its placement, its spec, and the keywords a lazy call passes on to each chunk."""
+    p = placement(x)
+    x = p.float_input(x)
+    spec = make_spec(x.shape, dtype, axis, block_size, mapping, quant_min, quant_max, eps, scale_op, narrow_range,
+                     packed)
+    arguments = {"dtype": dtype, "mapping": mapping, "quant_min": quant_min, "quant_max": quant_max, "eps": eps,
+                 "narrow_range": narrow_range, "scale_op": scale_op, "backend": backend}
+    return p, x, spec, arguments
+
+
+@fill_doc(**DOCS)
 def choose_qparams(
     x: npt.ArrayLike,
     dtype: str | npt.DTypeLike,
@@ -139,8 +152,7 @@ def choose_qparams(
         How :func:`quantize_dynamic` applies the scale and what to pass to
         :func:`nbquant.quantize`: ``"reciprocal"`` (torchao's ``x * fl(1 / s)``, the
         default), ``"divide"``; ``"multiply"`` (the only choice for ``"modelopt"``).
-    backend : str, optional
-        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+    {backend}
 
     Returns
     -------
@@ -168,13 +180,9 @@ def choose_qparams(
     >>> float(s), int(zp)
     (0.019607843831181526, 51)
     """
-    p = placement(x)
-    x = p.float_input(x)
-    spec = make_spec(x.shape, dtype, axis, block_size, mapping, quant_min, quant_max, eps, scale_op, narrow_range,
-                     False)
+    p, x, spec, arguments = _prepare(x, dtype, axis, block_size, mapping, quant_min, quant_max, eps, narrow_range,
+                                     scale_op, False, backend)
     if p.lazy:
-        arguments = {"dtype": dtype, "mapping": mapping, "quant_min": quant_min, "quant_max": quant_max, "eps": eps,
-                     "narrow_range": narrow_range, "scale_op": scale_op, "backend": backend}
         return _lazy(p, x, spec, block_size, functools.partial(choose_qparams, **arguments), arguments, codes=False)
     if x.size == 0:
         scale, zp = _empty_input_qparams(spec, p)
@@ -287,13 +295,9 @@ def quantize_dynamic(
     (PackedCodes([[130, 100],
                  [ 33, 125]], dtype=uint8, format='int4'), array([0.05333333, 1.        ], dtype=float32))
     """
-    p = placement(x)
-    x = p.float_input(x)
-    spec = make_spec(x.shape, dtype, axis, block_size, mapping, quant_min, quant_max, eps, scale_op, narrow_range,
-                     packed)
+    p, x, spec, arguments = _prepare(x, dtype, axis, block_size, mapping, quant_min, quant_max, eps, narrow_range,
+                                     scale_op, packed, backend)
     if p.lazy:
-        arguments = {"dtype": dtype, "mapping": mapping, "quant_min": quant_min, "quant_max": quant_max, "eps": eps,
-                     "narrow_range": narrow_range, "scale_op": scale_op, "backend": backend}
         per_chunk = functools.partial(quantize_dynamic, packed=packed, **arguments)
         return _lazy(p, x, spec, block_size, per_chunk, arguments, codes=True)
     impl = resolve_backend(backend, p) if x.size else None  # an empty input runs no kernel

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._dask import any_dask_array, check_known_chunks, is_dask_array
+from ._docstrings import DOCS, fill_doc
 from .backends import device_copy, device_float_input, host_array, is_device_array
 from .block_rows import check_blocking, run_dequantize, run_quantize
 from .blocks import BlockSpec, get_block_format
@@ -78,15 +79,11 @@ class NF4Quantized:
                                      token="nbquant-nf4-scales", mean=self.scale_mean)[0]
         return _scale_values(host_array(self.scales), host_array(self.double_scales), self.scale_mean)
 
+    @fill_doc(**DOCS)
     def dequantize(self, out_dtype: npt.DTypeLike = np.float32, backend: str | None = None) -> np.ndarray:
         """Decode back to floats: ``table[code] * scale`` per block, in the input's shape.
 
-        Parameters
-        ----------
-        out_dtype : dtype, optional
-            float32 (default), float16 or bfloat16.
-        backend : str, optional
-            ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+        {decode_parameters}
 
         Returns
         -------
@@ -168,6 +165,7 @@ def _check_finite_blocks(amax: np.ndarray, block_size: int, first: int = 0) -> N
                          f"decode the whole block (and, with double quantization, every scale) to NaN")
 
 
+@fill_doc(**DOCS)
 def quantize_nf4(
     x: npt.ArrayLike,
     *,
@@ -197,8 +195,7 @@ def quantize_nf4(
         Scales per double-quantization group; the number of blocks must be a multiple.
     scale_bits : int
         Bits of the quantized scales (2..8).
-    backend : str, optional
-        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+    {backend}
 
     Returns
     -------

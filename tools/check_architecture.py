@@ -56,7 +56,7 @@ MAX_LINES = 800
 #: import from its own layer and the ones below; ``nbquant`` alone is the package's ``__init__``.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground", ("nbquant.modes", "nbquant.formats", "nbquant.layout", "nbquant.placement", "nbquant.codes",
-                "nbquant.interop", "nbquant.threads", "nbquant._memory")),
+                "nbquant.interop", "nbquant.threads", "nbquant._memory", "nbquant._docstrings")),
     ("numerics", ("nbquant.element", "nbquant.spec", "nbquant.validation", "nbquant.blocks", "nbquant.gguf.formats")),
     ("backends", ("nbquant.backends",)),
     ("engines", ("nbquant._dask", "nbquant.reductions", "nbquant.block_rows")),

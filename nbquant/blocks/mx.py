@@ -83,37 +83,16 @@ class MXFormat(BlockFormat, family="mx"):
         return data, Tensor("scales", _U8, 1, ml_dtypes.float8_e8m0fnu)
 
 
-class MXFP8E4M3(MXFormat, name="mxfp8_e4m3"):
-    """MXFP8 with E4M3 elements."""
-
-    element_name = "float8_e4m3fn"
-
-
-class MXFP8E5M2(MXFormat, name="mxfp8_e5m2"):
-    """MXFP8 with E5M2 elements."""
-
-    element_name = "float8_e5m2"
-
-
-class MXFP6E2M3(MXFormat, name="mxfp6_e2m3"):
-    """MXFP6 with E2M3 elements."""
-
-    element_name = "float6_e2m3fn"
-
-
-class MXFP6E3M2(MXFormat, name="mxfp6_e3m2"):
-    """MXFP6 with E3M2 elements."""
-
-    element_name = "float6_e3m2fn"
-
-
-class MXFP4(MXFormat, name="mxfp4"):
-    """MXFP4: E2M1 elements, packed two per byte by default."""
-
-    element_name = "float4_e2m1fn"
-
-
-class MXINT8(MXFormat, name="mxint8"):
-    """MXINT8: int8 elements with six fraction bits (``code / 64``)."""
-
-    element_name = "int8"
+#: The registered MX formats: name -> (element format, what the class says of itself).
+_ELEMENTS = {
+    "mxfp8_e4m3": ("float8_e4m3fn", "MXFP8 with E4M3 elements."),
+    "mxfp8_e5m2": ("float8_e5m2", "MXFP8 with E5M2 elements."),
+    "mxfp6_e2m3": ("float6_e2m3fn", "MXFP6 with E2M3 elements."),
+    "mxfp6_e3m2": ("float6_e3m2fn", "MXFP6 with E3M2 elements."),
+    "mxfp4": ("float4_e2m1fn", "MXFP4: E2M1 elements, packed two per byte by default."),
+    "mxint8": ("int8", "MXINT8: int8 elements with six fraction bits (``code / 64``)."),
+}
+for _name, (_element, _doc) in _ELEMENTS.items():  # one registered subclass each, a module global (pickle finds it)
+    _cls = _name.upper().replace("_", "")  # MXFP8E4M3, ..., MXINT8
+    globals()[_cls] = type(_cls, (MXFormat,), {"element_name": _element, "__doc__": _doc, "__module__": __name__},
+                           name=_name)

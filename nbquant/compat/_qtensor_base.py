@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import api
+from .._docstrings import fill_doc
 from ..validation import as_real_array, check_int, show
 from ._common import dtype_key, float_array
 
@@ -131,17 +132,40 @@ def scale_array(scales, name: str = "scales") -> np.ndarray:
     return s
 
 
+#: The constructor's parameters, which every qtensor class inherits.
+CONSTRUCTOR = """
+Parameters
+----------
+original_shape : tuple of int
+    The shape of the tensor that was quantized.
+original_dtype : dtype
+    Its dtype (the default of :meth:`dequantize`).
+quantized_data : numpy.ndarray
+    The stored codes.
+"""
+#: ``dequantize``'s ``dtype`` parameter, opening its Parameters section.
+DEQUANTIZE_DTYPE = """
+Parameters
+----------
+dtype : str or dtype, optional
+    ``"float32"``, ``"float16"`` or ``"bfloat16"``; default the original dtype.
+"""
+#: ``dequantize``'s Returns section.
+DEQUANTIZE_RETURNS = """
+Returns
+-------
+numpy.ndarray
+    The dequantized tensor, of the original shape.
+"""
+#: The pieces of the qtensor classes' docstrings, for :func:`nbquant._docstrings.fill_doc`.
+DOCS = {"constructor": CONSTRUCTOR, "dequantize_dtype": DEQUANTIZE_DTYPE, "dequantize_returns": DEQUANTIZE_RETURNS}
+
+
+@fill_doc(**DOCS)
 class BaseQuantizedTensor:
     """Quantized data with the original shape and dtype (modelopt ``BaseQuantizedTensor``).
 
-    Parameters
-    ----------
-    original_shape : tuple of int
-        The shape of the tensor that was quantized.
-    original_dtype : dtype
-        Its dtype (the default of :meth:`dequantize`).
-    quantized_data : numpy.ndarray
-        The stored codes.
+    {constructor}
 
     Attributes
     ----------
@@ -162,6 +186,16 @@ class BaseQuantizedTensor:
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(shape={self.metadata['shape']}, dtype={self.metadata['dtype']}, "
                 f"quantized_data={self._quantized_data.dtype}{self._quantized_data.shape})")
+
+    def _dtype_and_block(self, dtype, kwarg: dict, low: int) -> tuple[np.dtype, int]:
+        """``dequantize``'s output dtype and its ``block_sizes[-1]`` (at least ``low``)."""
+        return out_dtype(dtype, self.metadata["dtype"]), check_int("block_sizes[-1]", kwarg["block_sizes"][-1],
+                                                                   low=low)
+
+    def _crop_flat(self, y: np.ndarray, out: np.dtype) -> np.ndarray:
+        """The first ``prod(original shape)`` values of ``y``, in the original shape, cast to ``out``."""
+        n = math.prod(self.metadata["shape"])
+        return y.reshape(-1)[:n].reshape(self.metadata["shape"]).astype(out)
 
 
 def flat_blocks(x: np.ndarray, block_size, name: str = "block_size") -> tuple[np.ndarray, int]:
@@ -202,12 +236,23 @@ def unpack_low_first(data: np.ndarray) -> np.ndarray:
     return np.stack([d & 0x0F, d >> 4], axis=-1).reshape(*d.shape[:-1], -1)
 
 
-def dequantize_product(qt: BaseQuantizedTensor, dtype, kwarg: dict) -> np.ndarray:
-    """``(q.to(dtype) * scale.to(dtype))[crop]``: INT8 and FP8's dequantize (one float32 product, rounded once)."""
+@fill_doc(**DOCS)
+def dequantize_product(self: BaseQuantizedTensor, dtype=None, **kwarg) -> np.ndarray:
+    """``q * scale`` in ``dtype`` (default the original), cropped to the original shape.
+
+    ``(q.to(dtype) * scale.to(dtype))[crop]``, one float32 product rounded once: the
+    ``dequantize`` method of ``INT8QTensor`` and ``FP8QTensor``.
+
+    {dequantize_dtype}
+    **kwarg
+        ``scale`` (required) and ``block_sizes``.
+
+    {dequantize_returns}
+    """
     if "scale" not in kwarg:
-        raise TypeError(f"{type(qt).__name__}.dequantize needs scale=")
-    out = out_dtype(dtype, qt.metadata["dtype"])
-    q = qt._quantized_data
+        raise TypeError(f"{type(self).__name__}.dequantize needs scale=")
+    out = out_dtype(dtype, self.metadata["dtype"])
+    q = self._quantized_data
     blocks = block_sizes_arg(kwarg["block_sizes"], q.ndim) if kwarg.get("block_sizes") else {}
     q = pad(q, blocks) if blocks else q
     s = grid_scale(scale_array(kwarg["scale"]), q.shape, blocks, reshape=False).astype(out).astype(F32)
@@ -219,6 +264,6 @@ def dequantize_product(qt: BaseQuantizedTensor, dtype, kwarg: dict) -> np.ndarra
         with np.errstate(invalid="ignore"):
             v = api.dequantize(q[bad], np.float32(1)) * expand(s, dict(enumerate(block)))[bad]
         y[bad] = v.astype(out)
-    return y[tuple(slice(0, n) for n in qt.metadata["shape"])]
+    return y[tuple(slice(0, n) for n in self.metadata["shape"])]
 
 

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import api
+from .._docstrings import fill_doc
 from ..layout import as_int
 from ..modelopt import ops as modelopt_ops
 from ..validation import as_real_array, check_int, show
@@ -244,6 +245,25 @@ class ScaledQuantDescriptor:
 QuantDescriptor = ScaledQuantDescriptor
 
 
+#: The docstring pieces the modelopt functions below share (:func:`nbquant._docstrings.fill_doc`).
+_DOCS = {
+    "int_params": """
+        inputs : numpy.ndarray
+            float32, float16 or bfloat16.
+        amax : float or numpy.ndarray
+            ``>= 0``, broadcastable against ``inputs``.
+        num_bits : int
+            Bits of the integer codes.
+        """,
+    "fake_returns": """
+        Returns
+        -------
+        numpy.ndarray
+            The fake-quantized values, in the input's dtype.
+        """,
+}
+
+
 def _amax(amax):
     if amax is None:
         raise TypeError("amax=None: modelopt's tensor_quant/fake_tensor_quant need an amax tensor "
@@ -251,6 +271,7 @@ def _amax(amax):
     return amax
 
 
+@fill_doc(**_DOCS)
 def tensor_quant(inputs: npt.ArrayLike, amax: npt.ArrayLike, num_bits: int = 8, unsigned: bool = False,
                  narrow_range: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """``TensorQuantFunction``: float32 codes ``clamp(rne(inputs * S))`` and ``S = maxbound / amax``.
@@ -261,12 +282,7 @@ def tensor_quant(inputs: npt.ArrayLike, amax: npt.ArrayLike, num_bits: int = 8, 
 
     Parameters
     ----------
-    inputs : numpy.ndarray
-        float32, float16 or bfloat16.
-    amax : float or numpy.ndarray
-        ``>= 0``, broadcastable against ``inputs``.
-    num_bits : int
-        Bits of the integer codes.
+    {int_params}
     unsigned, narrow_range : bool
         The integer range, as above.
 
@@ -286,25 +302,18 @@ def tensor_quant(inputs: npt.ArrayLike, amax: npt.ArrayLike, num_bits: int = 8, 
     return modelopt_ops.tensor_quant(inputs, _amax(amax), num_bits, unsigned, narrow_range)
 
 
+@fill_doc(**_DOCS)
 def fake_tensor_quant(inputs: npt.ArrayLike, amax: npt.ArrayLike, num_bits: int = 8, unsigned: bool = False,
                       narrow_range: bool = True) -> np.ndarray:
     """``FakeTensorQuantFunction``: ``clamp(rne(inputs * S), lo, hi) / S``, ``S = maxbound / amax``.
 
     Parameters
     ----------
-    inputs : numpy.ndarray
-        float32, float16 or bfloat16.
-    amax : float or numpy.ndarray
-        ``>= 0``, broadcastable against ``inputs``.
-    num_bits : int
-        Bits of the integer codes.
+    {int_params}
     unsigned, narrow_range : bool
         The integer range, as in :func:`tensor_quant`.
 
-    Returns
-    -------
-    numpy.ndarray
-        The fake-quantized values, in the input's dtype.
+    {fake_returns}
 
     Examples
     --------
@@ -317,6 +326,7 @@ def fake_tensor_quant(inputs: npt.ArrayLike, amax: npt.ArrayLike, num_bits: int 
     return modelopt_ops.fake_tensor_quant(inputs, _amax(amax), num_bits, unsigned, narrow_range)
 
 
+@fill_doc(**_DOCS)
 def fake_affine_tensor_quant(inputs: npt.ArrayLike, min_range: float, max_range: float,
                              num_bits: int = 8) -> np.ndarray:
     """``FakeAffineTensorQuantFunction`` (removed in modelopt 0.39): per-tensor gemmlowp-style fake quant.
@@ -333,10 +343,7 @@ def fake_affine_tensor_quant(inputs: npt.ArrayLike, min_range: float, max_range:
     num_bits : int
         Bits, 2 to 16.
 
-    Returns
-    -------
-    numpy.ndarray
-        The fake-quantized values, in the input's dtype.
+    {fake_returns}
 
     Examples
     --------

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from .._docstrings import fill_doc
 from ..backends import host_array
 from ..modelopt import calibration
 from ..reductions import reduce_amax
@@ -198,6 +199,7 @@ class HistogramCalibrator(_Calibrator):
         """
         self._native.collect(x)
 
+    @fill_doc(candidates=calibration.COMPUTE_AMAX_OPTIONS)
     def compute_amax(self, method: str, *, stride: int = 1, start_bin: int = 128,
                      percentile: float = 99.99) -> np.ndarray | None:
         """Return the calibrated amax by ``"entropy"``, ``"mse"`` or ``"percentile"``.
@@ -206,10 +208,7 @@ class HistogramCalibrator(_Calibrator):
         ----------
         method : {"entropy", "mse", "percentile"}
             As in :meth:`nbquant.modelopt.HistogramCalibrator.compute_amax`.
-        stride, start_bin : int
-            The candidate bins of ``"entropy"`` and ``"mse"``: every ``stride``-th from ``start_bin``.
-        percentile : float
-            The percentile of ``"percentile"``, in [0, 100].
+        {candidates}
 
         Returns
         -------

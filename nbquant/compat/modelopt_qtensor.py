@@ -24,13 +24,12 @@ NaN becomes code 0, as torch's float-to-integer cast gives on x86.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import numpy.typing as npt
 
-from ..validation import check_int
+from .._docstrings import fill_doc
 from ._qtensor_base import (
+    DOCS,
     F32,
     BaseQuantizedTensor,
     axis_amax,
@@ -42,7 +41,6 @@ from ._qtensor_base import (
     flat_blocks,
     grid_scale,
     input_array,
-    out_dtype,
     pack_high_first,
     pad,
     reshape_packed,
@@ -55,8 +53,8 @@ __all__ = ["BaseQuantizedTensor", "INT8QTensor", "INT4QTensor", "FP8QTensor", "N
            "MXFP4QTensor"]
 
 
-def _scaled_codes(input, scales, axis, block_sizes, maxval: int, fmt: str, fp8: bool):
-    """INT8QTensor's and FP8QTensor's quantize: ``(codes, scales)`` of ``x / scales``, scales ``amax / maxval``.
+def _scaled_codes(cls, input, scales, axis, block_sizes, maxval: int, fmt: str, fp8: bool):
+    """INT8QTensor's and FP8QTensor's quantize: ``(cls(codes), scales)``, codes of ``x / scales``, ``amax / maxval``.
 
     Blocks pad the input with zeros; FP8 crops its codes back, reshapes block scales of the
     right size, returns them on the block grid, and casts saturating (torch 2.13); INT8
@@ -72,22 +70,16 @@ def _scaled_codes(input, scales, axis, block_sizes, maxval: int, fmt: str, fp8: 
     s = scale_array(scales)
     grid = grid_scale(s, x.shape, blocks, reshape=fp8)
     q = codes_of(x, grid, block_of(x.shape, grid.shape), fmt, "divide", **({"saturate": True} if fp8 else {}))
-    if not fp8:
-        return q, s
-    return q[tuple(slice(0, n) for n in original.shape)], grid if blocks else s
+    if fp8:
+        q, s = q[tuple(slice(0, n) for n in original.shape)], grid if blocks else s
+    return cls(original.shape, original.dtype, q), s
 
 
+@fill_doc(**DOCS)
 class INT8QTensor(BaseQuantizedTensor):
     """INT8 codes per tensor, per kept ``axis`` or per block (modelopt ``INT8QTensor``).
 
-    Parameters
-    ----------
-    original_shape : tuple of int
-        The shape of the tensor that was quantized.
-    original_dtype : dtype
-        Its dtype (the default of :meth:`dequantize`).
-    quantized_data : numpy.ndarray
-        The stored codes.
+    {constructor}
 
     Examples
     --------
@@ -122,38 +114,16 @@ class INT8QTensor(BaseQuantizedTensor):
         tuple
             The quantized tensor and the scales.
         """
-        q, s = _scaled_codes(input, scales, axis, block_sizes, 127, "int8", fp8=False)
-        return cls(np.shape(input), input_array(input).dtype, q), s
+        return _scaled_codes(cls, input, scales, axis, block_sizes, 127, "int8", fp8=False)
 
-    def dequantize(self, dtype=None, **kwarg) -> np.ndarray:
-        """``q * scale`` in ``dtype`` (default the original), cropped to the original shape.
-
-        Parameters
-        ----------
-        dtype : str or dtype, optional
-            ``"float32"``, ``"float16"`` or ``"bfloat16"``; default the original dtype.
-        **kwarg
-            ``scale`` (required) and ``block_sizes``.
-
-        Returns
-        -------
-        numpy.ndarray
-            The dequantized tensor, of the original shape.
-        """
-        return dequantize_product(self, dtype, kwarg)
+    dequantize = dequantize_product
 
 
+@fill_doc(**DOCS)
 class INT4QTensor(BaseQuantizedTensor):
     """Blockwise INT4 (AWQ) codes over the flattened input, offset by 8, two per byte (modelopt ``INT4QTensor``).
 
-    Parameters
-    ----------
-    original_shape : tuple of int
-        The shape of the tensor that was quantized.
-    original_dtype : dtype
-        Its dtype (the default of :meth:`dequantize`).
-    quantized_data : numpy.ndarray
-        The stored codes.
+    {constructor}
 
     Examples
     --------
@@ -196,44 +166,31 @@ class INT4QTensor(BaseQuantizedTensor):
         packed = reshape_packed(pack_high_first(q.reshape(-1)), x.shape)
         return cls(x.shape, x.dtype, packed), scales
 
+    @fill_doc(**DOCS)
     def dequantize(self, dtype=None, **kwarg) -> np.ndarray:
         """``(u - 8) / scale`` per block, in the scale's dtype, then ``dtype`` (default the original).
 
-        Parameters
-        ----------
-        dtype : str or dtype, optional
-            ``"float32"``, ``"float16"`` or ``"bfloat16"``; default the original dtype.
+        {dequantize_dtype}
         **kwarg
             ``scale`` and ``block_sizes`` (``{-1: block_size}``), both required.
 
-        Returns
-        -------
-        numpy.ndarray
-            The dequantized tensor, of the original shape.
+        {dequantize_returns}
         """
-        out = out_dtype(dtype, self.metadata["dtype"])
+        out, b = self._dtype_and_block(dtype, kwarg, 2)
         s = scale_array(kwarg["scale"]).reshape(-1, 1)
-        b = check_int("block_sizes[-1]", kwarg["block_sizes"][-1], low=2)
         codes = unpack_high_first(self._quantized_data).reshape(-1, b).astype(F32) - np.float32(8)
         if codes.shape[0] != s.shape[0]:
             raise ValueError(f"scale has {s.shape[0]} values; the codes hold {codes.shape[0]} blocks of {b}")
         with np.errstate(divide="ignore", invalid="ignore"):
             y = (codes / s.astype(F32)).astype(s.dtype)
-        n = math.prod(self.metadata["shape"])
-        return y.reshape(-1)[:n].reshape(self.metadata["shape"]).astype(out)
+        return self._crop_flat(y, out)
 
 
+@fill_doc(**DOCS)
 class FP8QTensor(BaseQuantizedTensor):
     """E4M3 codes per tensor, per kept ``axis`` or per block (modelopt ``FP8QTensor``).
 
-    Parameters
-    ----------
-    original_shape : tuple of int
-        The shape of the tensor that was quantized.
-    original_dtype : dtype
-        Its dtype (the default of :meth:`dequantize`).
-    quantized_data : numpy.ndarray
-        The stored codes.
+    {constructor}
 
     Examples
     --------
@@ -265,24 +222,8 @@ class FP8QTensor(BaseQuantizedTensor):
         tuple
             The quantized tensor (float8_e4m3fn, the input's shape) and the scales.
         """
-        q, s = _scaled_codes(input, scales, axis, block_sizes, 448, "float8_e4m3fn", fp8=True)
-        return cls(np.shape(input), input_array(input).dtype, q), s
+        return _scaled_codes(cls, input, scales, axis, block_sizes, 448, "float8_e4m3fn", fp8=True)
 
-    def dequantize(self, dtype=None, **kwarg) -> np.ndarray:
-        """``q * scale`` in ``dtype`` (default the original).
-
-        Parameters
-        ----------
-        dtype : str or dtype, optional
-            ``"float32"``, ``"float16"`` or ``"bfloat16"``; default the original dtype.
-        **kwarg
-            ``scale`` (required) and ``block_sizes``.
-
-        Returns
-        -------
-        numpy.ndarray
-            The dequantized tensor, of the original shape.
-        """
-        return dequantize_product(self, dtype, kwarg)
+    dequantize = dequantize_product
 
 

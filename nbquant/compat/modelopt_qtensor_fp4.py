@@ -5,25 +5,24 @@ Import them from :mod:`nbquant.compat.modelopt_qtensor`, which documents the num
 
 from __future__ import annotations
 
-import math
-
 import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
 from .. import api
+from .._docstrings import fill_doc
 from ..block_formats import quantize_nvfp4
 from ..element import NF4_VALUES
 from ..nf4 import double_quantize_scales, quantize_nf4
 from ..validation import as_real_array, check_int
 from ._qtensor_base import (
+    DOCS,
     F32,
     BaseQuantizedTensor,
     axis_amax,
     block_amax,
     flat_blocks,
     input_array,
-    out_dtype,
     pack_high_first,
     pack_low_first,
     pad,
@@ -40,17 +39,11 @@ _E2M1_VALUES = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], np.float32)
 _NVFP4_TABLE = np.concatenate([_E2M1_VALUES, np.float32(0), -_E2M1_VALUES[1:]], axis=None)  # code 8 is +0 there
 
 
+@fill_doc(**DOCS)
 class NF4QTensor(BaseQuantizedTensor):
     """NF4 codes with amax block scales, packed first element high (modelopt ``NF4QTensor``).
 
-    Parameters
-    ----------
-    original_shape : tuple of int
-        The shape of the tensor that was quantized.
-    original_dtype : dtype
-        Its dtype (the default of :meth:`dequantize`).
-    quantized_data : numpy.ndarray
-        The stored codes.
+    {constructor}
 
     Examples
     --------
@@ -122,24 +115,18 @@ class NF4QTensor(BaseQuantizedTensor):
         q, double, mean = double_quantize_scales(s, g, bits, empty_group_scale=np.inf)
         return q.reshape(-1, g), double, mean
 
+    @fill_doc(**DOCS)
     def dequantize(self, dtype=None, **kwarg) -> np.ndarray:
         """``table[code] * (scale / double_scale + scale_zeros)`` per block, in ``dtype`` (default the original).
 
-        Parameters
-        ----------
-        dtype : str or dtype, optional
-            ``"float32"``, ``"float16"`` or ``"bfloat16"``; default the original dtype.
+        {dequantize_dtype}
         **kwarg
             ``scale`` (the int8 codes of :meth:`double_quantization`), ``block_sizes``
             (``{-1: block_size}``), ``double_scale`` and ``scale_zeros`` (the mean), all required.
 
-        Returns
-        -------
-        numpy.ndarray
-            The dequantized tensor, of the original shape.
+        {dequantize_returns}
         """
-        out = out_dtype(dtype, self.metadata["dtype"])
-        b = check_int("block_sizes[-1]", kwarg["block_sizes"][-1], low=2)
+        out, b = self._dtype_and_block(dtype, kwarg, 2)
         codes = unpack_high_first(self._quantized_data).reshape(-1, b)
         s = np.asarray(kwarg["scale"]).reshape(-1)[:codes.shape[0]]
         ds = np.asarray(kwarg["double_scale"])
@@ -150,21 +137,14 @@ class NF4QTensor(BaseQuantizedTensor):
         s = (s.astype(F32) / ds).astype(out)
         s = (s.astype(F32) + np.float32(kwarg["scale_zeros"])).astype(out).reshape(-1, 1)
         y = (NF4_VALUES[codes] * s.astype(F32)).astype(promote(np.dtype(ml_dtypes.bfloat16), out))
-        n = math.prod(self.metadata["shape"])
-        return y.reshape(-1)[:n].reshape(self.metadata["shape"]).astype(out)
+        return self._crop_flat(y, out)
 
 
+@fill_doc(**DOCS)
 class NVFP4QTensor(BaseQuantizedTensor):
     """NVFP4: e2m1 codes (first element low), E4M3 block scales, a float32 per-tensor scale (``NVFP4QTensor``).
 
-    Parameters
-    ----------
-    original_shape : tuple of int
-        The shape of the tensor that was quantized.
-    original_dtype : dtype
-        Its dtype (the default of :meth:`dequantize`).
-    quantized_data : numpy.ndarray
-        The stored codes.
+    {constructor}
 
     Examples
     --------
@@ -249,23 +229,17 @@ class NVFP4QTensor(BaseQuantizedTensor):
             codes[(codes == 8) & (v == 0)] = 0
         return cls(original.shape, original.dtype, pack_low_first(codes)), wsf, wsf2
 
+    @fill_doc(**DOCS)
     def dequantize(self, dtype=None, **kwarg) -> np.ndarray:
         """``e2m1[code] * (scale * double_scale)`` per block (float32), then ``dtype`` (default the original).
 
-        Parameters
-        ----------
-        dtype : str or dtype, optional
-            ``"float32"``, ``"float16"`` or ``"bfloat16"``; default the original dtype.
+        {dequantize_dtype}
         **kwarg
             ``scale`` (float8_e4m3fn or float), ``double_scale`` and ``block_sizes`` (``{-1: 16}``).
 
-        Returns
-        -------
-        numpy.ndarray
-            The dequantized tensor, of the original shape.
+        {dequantize_returns}
         """
-        out = out_dtype(dtype, self.metadata["dtype"])
-        b = check_int("block_sizes[-1]", kwarg["block_sizes"][-1], low=1)
+        out, b = self._dtype_and_block(dtype, kwarg, 1)
         per_block = np.asarray(kwarg["scale"]).astype(F32) * np.asarray(kwarg["double_scale"], F32)
         codes = unpack_low_first(self._quantized_data)
         values = _NVFP4_TABLE[codes]
@@ -273,17 +247,11 @@ class NVFP4QTensor(BaseQuantizedTensor):
         return y.reshape(self.metadata["shape"]).astype(out)
 
 
+@fill_doc(**DOCS)
 class MXFP4QTensor(BaseQuantizedTensor):
     """MXFP4 with modelopt's encoding: E8M0 ``ceil(log2(amax / 6))`` scales, ties toward zero (``MXFP4QTensor``).
 
-    Parameters
-    ----------
-    original_shape : tuple of int
-        The shape of the tensor that was quantized.
-    original_dtype : dtype
-        Its dtype (the default of :meth:`dequantize`).
-    quantized_data : numpy.ndarray
-        The stored codes.
+    {constructor}
 
     Examples
     --------
@@ -328,23 +296,17 @@ class MXFP4QTensor(BaseQuantizedTensor):
             scale = np.where(np.isfinite(e), e + 127, 0).astype(np.uint8)
         return cls(x.shape, x.dtype, pack_low_first(codes)), scale
 
+    @fill_doc(**DOCS)
     def dequantize(self, dtype=None, **kwarg) -> np.ndarray:
         """``±e2m1[code] * 2**(scale - 127)`` per block (float32), then ``dtype`` (default the original).
 
-        Parameters
-        ----------
-        dtype : str or dtype, optional
-            ``"float32"``, ``"float16"`` or ``"bfloat16"``; default the original dtype.
+        {dequantize_dtype}
         **kwarg
             ``scale`` (the uint8 E8M0 codes) and ``block_sizes`` (``{-1: block_size}``).
 
-        Returns
-        -------
-        numpy.ndarray
-            The dequantized tensor, of the original shape.
+        {dequantize_returns}
         """
-        out = out_dtype(dtype, self.metadata["dtype"])
-        b = check_int("block_sizes[-1]", kwarg["block_sizes"][-1], low=1)
+        out, b = self._dtype_and_block(dtype, kwarg, 1)
         codes = unpack_low_first(self._quantized_data)
         values = np.where(codes & 8, np.float32(-1), np.float32(1)) * _E2M1_VALUES[codes & 7]
         scale = np.exp2(np.asarray(kwarg["scale"]).astype(F32) - np.float32(127)).reshape(-1, 1)

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import api
+from .._docstrings import fill_doc
 from ..validation import as_real_array, check_finite, check_float_scalar, check_int
 from ._common import dtype_key
 from .torchao_affine import block_grid, code_bounds, read_input, target_key
@@ -72,6 +73,30 @@ def _asymmetric_scale(x: np.ndarray, mapping_type, block_size, target_dtype, qua
     return lo.reshape(shape), scale.reshape(shape), qmin, qmax
 
 
+#: The parameters and results the asymmetric variants share (:func:`nbquant._docstrings.fill_doc`).
+_DOCS = {
+    "asymmetric_params": """
+        block_size : tuple of int
+            The block of one (scale, zero point) pair, one entry per dimension.
+        target_dtype : str or dtype
+            The code format (``"uint4"``, ``"uint8"``, ``"int8"``, ...).
+        quant_min, quant_max : int, optional
+            Code bounds (default: the format's).
+        eps : float, optional
+            Scale floor (default: the input dtype's smallest normal).
+        """,
+    "qparams_returns": """
+        Returns
+        -------
+        scale : numpy.ndarray
+            One per block, shaped as torchao's ``keepdim=False`` reduction.
+        zero_point : numpy.ndarray
+            One per block, the same shape.
+        """,
+}
+
+
+@fill_doc(**_DOCS)
 def _choose_qparams_affine_tinygemm(input: npt.ArrayLike, mapping_type, block_size, target_dtype,
                                     quant_min: int | None = None, quant_max: int | None = None,
                                     eps: float | None = None, scale_dtype=None,
@@ -84,23 +109,11 @@ def _choose_qparams_affine_tinygemm(input: npt.ArrayLike, mapping_type, block_si
         float32, float16 or bfloat16; the arithmetic is in its dtype.
     mapping_type : str or MappingType
         ``"ASYMMETRIC"`` only, as in torchao.
-    block_size : tuple of int
-        The block of one (scale, zero point) pair, one entry per dimension.
-    target_dtype : str or dtype
-        The code format (``"uint4"``, ``"uint8"``, ``"int8"``, ...).
-    quant_min, quant_max : int, optional
-        Code bounds (default: the format's).
-    eps : float, optional
-        Scale floor (default: the input dtype's smallest normal).
+    {asymmetric_params}
     scale_dtype, zero_point_dtype : str or dtype, optional
         Default: the input's dtype.
 
-    Returns
-    -------
-    scale : numpy.ndarray
-        One per block, shaped as torchao's ``keepdim=False`` reduction.
-    zero_point : numpy.ndarray
-        One per block, the same shape.
+    {qparams_returns}
 
     Examples
     --------
@@ -118,6 +131,7 @@ def _choose_qparams_affine_tinygemm(input: npt.ArrayLike, mapping_type, block_si
             zp.astype(_out(zero_point_dtype, x.dtype, "zero_point_dtype")))
 
 
+@fill_doc(**_DOCS)
 def _choose_qparams_affine_dont_preserve_zero(input: npt.ArrayLike, mapping_type, block_size, target_dtype,
                                               quant_min: int | None = None, quant_max: int | None = None,
                                               eps: float | None = None, scale_dtype=None,
@@ -130,25 +144,13 @@ def _choose_qparams_affine_dont_preserve_zero(input: npt.ArrayLike, mapping_type
         float32, float16 or bfloat16; the arithmetic is in its dtype.
     mapping_type : str or MappingType
         ``"ASYMMETRIC"`` only.
-    block_size : tuple of int
-        The block of one (scale, zero point) pair, one entry per dimension.
-    target_dtype : str or dtype
-        The code format (``"uint4"``, ``"uint8"``, ``"int8"``, ...).
-    quant_min, quant_max : int, optional
-        Code bounds (default: the format's).
-    eps : float, optional
-        Scale floor (default: the input dtype's smallest normal).
+    {asymmetric_params}
     scale_dtype : str or dtype, optional
         Default: the input's dtype.
     zero_point_dtype : str or dtype
         Default int32 (a NaN zero point becomes -2**31, as torch's cast gives on x86).
 
-    Returns
-    -------
-    scale : numpy.ndarray
-        One per block, shaped as torchao's ``keepdim=False`` reduction.
-    zero_point : numpy.ndarray
-        One per block, the same shape.
+    {qparams_returns}
 
     Examples
     --------

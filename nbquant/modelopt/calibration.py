@@ -44,6 +44,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from .._docstrings import fill_doc
 from ..backends import check_backend_name, resolve_backend
 from ..layout import resolve_layout
 from ..placement import Host, placement
@@ -57,6 +58,13 @@ MAX_NUM_BINS = 1 << 20
 _F32_MAX = float(np.finfo(np.float32).max)
 _F32_TINY = float(np.finfo(np.float32).smallest_subnormal)
 _F32_NORMAL = float(np.finfo(np.float32).smallest_normal)
+#: The options of ``compute_amax``, here and in :mod:`nbquant.compat.modelopt` (docstring text).
+COMPUTE_AMAX_OPTIONS = """
+    stride, start_bin : int
+        The candidate bins of ``"entropy"`` and ``"mse"``: every ``stride``-th from ``start_bin``.
+    percentile : float
+        The percentile of ``"percentile"``, in [0, 100].
+    """
 
 
 def _batch_amax(x, p: Host, axis: int | None, backend: str | None) -> np.ndarray:
@@ -241,6 +249,7 @@ class HistogramCalibrator:
         hist[:old.size] += old
         self.histogram = hist
 
+    @fill_doc(candidates=COMPUTE_AMAX_OPTIONS)
     def compute_amax(self, method: Literal["entropy", "mse", "percentile"] = "entropy", *, num_bits: int = 8,
                      unsigned: bool = False, stride: int = 1, start_bin: int = 128,
                      percentile: float = 99.99) -> np.float32 | None:
@@ -259,10 +268,7 @@ class HistogramCalibrator:
             Bits of the quantization the amax is for (2 to 16).
         unsigned : bool
             Whether that quantization is unsigned.
-        stride, start_bin : int
-            The candidate bins of ``"entropy"`` and ``"mse"``: every ``stride``-th from ``start_bin``.
-        percentile : float
-            The percentile of ``"percentile"``, in [0, 100].
+        {candidates}
 
         Returns
         -------

@@ -11,13 +11,27 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from .._docstrings import fill_doc
 from ..backends import resolve_backend
 from ..layout import resolve_layout
 from ..placement import placement
 from ..validation import check_affine_range
-from .ops import amax_grid, amax_layout, result_dtype
+from .ops import DOCS, amax_grid, amax_layout, result_dtype
 
 __all__ = ["fake_tensor_quant_backward", "fake_affine_tensor_quant_backward"]
+
+_DOCS = DOCS | {
+    "grad_x": """
+        grad_output, x : array_like
+            The incoming gradient and the forward input, of one shape.
+        """,
+    "grad_returns": """
+        Returns
+        -------
+        numpy.ndarray
+            The gradient, with ``grad_output``'s float dtype (float32 for float64).
+        """,
+}
 
 
 def _grad_pair(grad_output, x):
@@ -31,6 +45,7 @@ def _grad_pair(grad_output, x):
     return g, x, p
 
 
+@fill_doc(**_DOCS)
 def fake_tensor_quant_backward(grad_output: npt.ArrayLike, x: npt.ArrayLike, amax: npt.ArrayLike, *,
                                axis: int | None = None, block_size=None, backend: str | None = None) -> np.ndarray:
     """Return the straight-through gradient with clipping: ``grad where -amax <= x <= amax else 0``.
@@ -39,19 +54,13 @@ def fake_tensor_quant_backward(grad_output: npt.ArrayLike, x: npt.ArrayLike, ama
 
     Parameters
     ----------
-    grad_output, x : array_like
-        The incoming gradient and the forward input, of one shape.
+    {grad_x}
     amax : array_like
         The clipping range(s), as in :func:`fake_tensor_quant`.
-    axis, block_size : int or tuple of int, optional
-        Granularity of ``amax``, as in :func:`fake_tensor_quant`.
-    backend : str, optional
-        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+    {granularity}
+    {backend}
 
-    Returns
-    -------
-    numpy.ndarray
-        The gradient, with ``grad_output``'s float dtype (float32 for float64).
+    {grad_returns}
 
     Examples
     --------
@@ -69,23 +78,19 @@ def fake_tensor_quant_backward(grad_output: npt.ArrayLike, x: npt.ArrayLike, ama
     return out
 
 
+@fill_doc(**_DOCS)
 def fake_affine_tensor_quant_backward(grad_output: npt.ArrayLike, x: npt.ArrayLike, min_range: float,
                                       max_range: float, *, backend: str | None = None) -> np.ndarray:
     """Return FakeAffine's straight-through gradient: ``grad where min_range <= x <= max_range else 0``.
 
     Parameters
     ----------
-    grad_output, x : array_like
-        The incoming gradient and the forward input, of one shape.
+    {grad_x}
     min_range, max_range : float
         The range of :func:`fake_affine_tensor_quant`.
-    backend : str, optional
-        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+    {backend}
 
-    Returns
-    -------
-    numpy.ndarray
-        The gradient, with ``grad_output``'s float dtype (float32 for float64).
+    {grad_returns}
 
     Examples
     --------

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from .._docstrings import BACKEND, fill_doc
 from ..backends import resolve_backend
 from ..formats import get_format
 from ..layout import BlockLayout, as_int, param_grid, resolve_layout
@@ -39,6 +40,25 @@ __all__ = [
 ]
 
 _FLOAT_BITS = {(4, 3): "float8_e4m3fn", (5, 2): "float8_e5m2", (2, 1): "float4_e2m1fn"}
+
+#: The docstring pieces these functions and :mod:`.grad`'s share (:func:`nbquant._docstrings.fill_doc`).
+DOCS = {
+    "backend": BACKEND,
+    "granularity": """
+        axis, block_size : int or tuple of int, optional
+            Granularity of ``amax``, as in :func:`fake_tensor_quant`.
+        """,
+    "x_amax": """
+        x, amax : array_like
+            The input and its clipping range(s), as in :func:`fake_tensor_quant`.
+        """,
+    "fake_returns": """
+        Returns
+        -------
+        numpy.ndarray
+            Same shape and float dtype as ``x`` (float32 for float64).
+        """,
+}
 
 
 def result_dtype(x) -> np.dtype:
@@ -164,6 +184,7 @@ def _fake(x, amax, num_bits, unsigned, narrow_range, axis, block_size, backend, 
     return out, code_arr, grid, spec, p
 
 
+@fill_doc(**DOCS)
 def fake_tensor_quant(
     x: npt.ArrayLike,
     amax: npt.ArrayLike | None = None,
@@ -193,13 +214,9 @@ def fake_tensor_quant(
         when narrow (the default, as modelopt's function), else down to ``-2**(n-1)``.
     axis, block_size : int or tuple of int, optional
         Granularity of ``amax`` (``axis`` is the kept dimension, as in modelopt).
-    backend : str, optional
-        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+    {backend}
 
-    Returns
-    -------
-    numpy.ndarray
-        Same shape and float dtype as ``x`` (float32 for float64).
+    {fake_returns}
 
     Examples
     --------
@@ -210,6 +227,7 @@ def fake_tensor_quant(
     return _fake(x, amax, num_bits, unsigned, narrow_range, axis, block_size, backend, False)[0]
 
 
+@fill_doc(**DOCS)
 def tensor_quant(
     x: npt.ArrayLike,
     amax: npt.ArrayLike | None = None,
@@ -228,16 +246,13 @@ def tensor_quant(
 
     Parameters
     ----------
-    x, amax : array_like
-        The input and its clipping range(s), as in :func:`fake_tensor_quant`.
+    {x_amax}
     num_bits : int
         Integer bits (``tensor_quant`` has no floating-point formats).
     unsigned, narrow_range : bool
         The integer range, as in :func:`fake_tensor_quant`.
-    axis, block_size : int or tuple of int, optional
-        Granularity of ``amax``, as in :func:`fake_tensor_quant`.
-    backend : str, optional
-        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+    {granularity}
+    {backend}
 
     Returns
     -------
@@ -260,6 +275,7 @@ def tensor_quant(
     return codes, p.like_input(s.reshape(()) if spec.layout.num_blocks == 1 else s)
 
 
+@fill_doc(**DOCS)
 def scaled_e4m3(x: npt.ArrayLike, amax: npt.ArrayLike | None = None, E: int = 4, M: int = 3, *,
                 axis: int | None = None, block_size=None, backend: str | None = None) -> np.ndarray:
     """Fake-quantize to E4M3 as modelopt's ``scaled_e4m3``: ``e4m3(clamp(x * S, ±448)) * fl(1 / S)``.
@@ -269,19 +285,13 @@ def scaled_e4m3(x: npt.ArrayLike, amax: npt.ArrayLike | None = None, E: int = 4,
 
     Parameters
     ----------
-    x, amax : array_like
-        The input and its clipping range(s), as in :func:`fake_tensor_quant`.
+    {x_amax}
     E, M : int
         4 and 3 (the only format modelopt's ``scaled_e4m3`` takes).
-    axis, block_size : int or tuple of int, optional
-        Granularity of ``amax``, as in :func:`fake_tensor_quant`.
-    backend : str, optional
-        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+    {granularity}
+    {backend}
 
-    Returns
-    -------
-    numpy.ndarray
-        Same shape and float dtype as ``x`` (float32 for float64).
+    {fake_returns}
 
     Examples
     --------
@@ -295,6 +305,7 @@ def scaled_e4m3(x: npt.ArrayLike, amax: npt.ArrayLike | None = None, E: int = 4,
     return fake_tensor_quant(x, amax, (4, 3), axis=axis, block_size=block_size, backend=backend)
 
 
+@fill_doc(**DOCS)
 def dynamic_block_quant(x: npt.ArrayLike, block_sizes: dict, num_bits: int | tuple[int, int] = 8,
                         unsigned: bool = False, narrow_range: bool = True, *,
                         backend: str | None = None) -> np.ndarray:
@@ -312,13 +323,9 @@ def dynamic_block_quant(x: npt.ArrayLike, block_sizes: dict, num_bits: int | tup
         As in :func:`fake_tensor_quant`.
     unsigned, narrow_range : bool
         As in :func:`fake_tensor_quant`.
-    backend : str, optional
-        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+    {backend}
 
-    Returns
-    -------
-    numpy.ndarray
-        Same shape and float dtype as ``x`` (float32 for float64).
+    {fake_returns}
 
     Examples
     --------
@@ -387,6 +394,7 @@ def _affine_params(min_range, max_range, num_bits):
     return step, qz, minb, maxb
 
 
+@fill_doc(**DOCS)
 def fake_affine_tensor_quant(x: npt.ArrayLike, min_range: float, max_range: float, num_bits: int = 8, *,
                              backend: str | None = None) -> np.ndarray:
     """Fake-quantize as modelopt's legacy ``FakeAffineTensorQuantFunction`` (per tensor, gemmlowp style).
@@ -402,13 +410,9 @@ def fake_affine_tensor_quant(x: npt.ArrayLike, min_range: float, max_range: floa
         The range (``min``, ``max`` above).
     num_bits : int
         Bits, 2 to 16.
-    backend : str, optional
-        ``"auto"``, ``"reference"``, ``"cpu"`` or ``"cuda"``; default: the selected backend.
+    {backend}
 
-    Returns
-    -------
-    numpy.ndarray
-        Same shape and float dtype as ``x`` (float32 for float64).
+    {fake_returns}
 
     Examples
     --------
