@@ -216,7 +216,8 @@ def _build_parser(backend_names: bool = True) -> argparse.ArgumentParser:
                       help=f"timed quantize calls after the first, per scheme and backend (default: {DEFAULT_REPEATS})")
     demo.add_argument("--seed", type=int, default=0, help="seed of the input matrix (default: 0)")
     demo.add_argument("--no-convert", dest="convert", action="store_false",
-                      help="skip the last part: nbquant convert on a small synthetic Llama-shaped checkpoint")
+                      help="skip the last part: nbquant convert on a small synthetic Llama-shaped checkpoint and on "
+                           "a small synthetic GGUF model")
     _add_convert_parser(sub)
     inspect = sub.add_parser("inspect", help="what a safetensors checkpoint holds: scheme, shape, bytes a weight",
                              description="Print a checkpoint folder's quantization_config, a table of its weights "
@@ -455,9 +456,10 @@ DEMO_CHECKPOINT = {"hidden": 256, "intermediate": 512, "layers": 2, "vocab": 512
 
 
 def _demo_convert() -> None:
-    """``nbquant convert`` on a synthetic Llama-shaped checkpoint in a temporary directory: bar, then the table."""
+    """``nbquant convert`` on a synthetic Llama-shaped checkpoint, then on a synthetic GGUF, in a temporary folder."""
     import tempfile
 
+    from nbquant import demo
     from nbquant.convert import convert, write_synthetic_checkpoint
     from nbquant.convert.report import format_table
 
@@ -472,6 +474,12 @@ def _demo_convert() -> None:
               "the ignore list recorded, byte for byte; SQNR and max abs err of every k-th row)", flush=True)
         report = convert(src, dst, "W4A16")
         print(format_table(report))
+        gguf = demo.gguf_step(tmp)
+        model = demo.GGUF_MODEL
+        print(f"\ngguf: nbquant convert model-BF16.gguf model-{gguf.scheme}.gguf --scheme {gguf.scheme}  (a synthetic "
+              f"Llama-shaped BF16 GGUF, {model['layers']} layers, hidden {model['hidden']}: the file llama.cpp's "
+              f"llama-quantize writes, byte for byte; types chosen, SQNR of every k-th row)", flush=True)
+        print("\n".join(demo.gguf_summary(gguf)) + f" in {gguf.seconds:.2f} s")
 
 
 def _inspect(args: argparse.Namespace) -> int:

@@ -38,10 +38,14 @@ __all__ = [
     "DEFAULT_REPEATS",
     "DEFAULT_SIZE",
     "DemoRow",
+    "GGUF_MODEL",
+    "GGUF_SCHEME",
     "Scheme",
     "check_step",
     "compile_note",
     "default_backends",
+    "gguf_step",
+    "gguf_summary",
     "make_weights",
     "schemes",
     "scheme_params",
@@ -58,6 +62,11 @@ DEFAULT_REPEATS = 3
 T_DOF = 4
 #: At most this many values (whole rows, at least one) are checked against the reference backend.
 CHECK_ELEMENTS = 2**20
+#: The demo's GGUF model (:func:`nbquant.convert.gguf.write_synthetic_gguf`): Llama-shaped, BF16, 2 layers, 2.3 MiB.
+GGUF_MODEL = {"hidden": 256, "intermediate": 512, "layers": 2, "vocab": 512}
+#: The scheme of the demo's GGUF step: Q8_0, whose two kernels (quantize, and dequantize for the SQNR) compile
+#: in a few seconds cold; Q4_K_M's Q4_K and Q6_K kernels take about a minute cold (docs/convert.md).
+GGUF_SCHEME = "Q8_0"
 #: NVFP4's default global scale is ``amax / (6 * 448)``: e2m1's largest value times E4M3's.
 _NVFP4_GLOBAL_DIVISOR = 6 * 448
 
@@ -494,3 +503,80 @@ def unavailable_backends(names: Sequence[str] | None = None) -> list[tuple[str, 
     []
     """
     return [(b.name, b.reason) for b in nbquant.backends() if not b.available and (names is None or b.name in names)]
+
+
+def gguf_step(folder: str, scheme: str = GGUF_SCHEME):
+    """Write the demo's GGUF model (:data:`GGUF_MODEL`) into ``folder`` and convert it with ``scheme``.
+
+    Parameters
+    ----------
+    folder : str
+        An existing folder; ``model-BF16.gguf`` and ``model-{scheme}.gguf`` are written there.
+    scheme : str
+        A llama-quantize scheme (:data:`nbquant.gguf.policy.SCHEMES`).
+
+    Returns
+    -------
+    nbquant.convert.gguf.GGUFReport
+        The conversion's report (each tensor's type, why, SQNR, bytes).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     report = gguf_step(d)
+    >>> sorted({t.target for t in report.tensors})
+    ['F32', 'Q8_0']
+    """
+    import os
+
+    from nbquant.convert.gguf import convert_gguf, write_synthetic_gguf
+
+    src = write_synthetic_gguf(os.path.join(folder, "model-BF16.gguf"), **GGUF_MODEL)
+    return convert_gguf(src, os.path.join(folder, f"model-{scheme}.gguf"), scheme, progress=False)
+
+
+def gguf_summary(report) -> list[str]:
+    """The demo's lines on a GGUF conversion: one a target type (tensors, bytes, SQNR range, why), then the sizes.
+
+    Parameters
+    ----------
+    report : nbquant.convert.gguf.GGUFReport
+        What :func:`gguf_step` returned.
+
+    Returns
+    -------
+    list of str
+        One line per target type in first-seen order, then ``"size: ..."``.
+
+    Examples
+    --------
+    >>> from nbquant.convert.gguf import GGUFReport, GGUFTensor
+    >>> r = GGUFReport("Q8_0", "a.gguf", "b.gguf", "llama")
+    >>> r.tensors += [GGUFTensor("output.weight", (64, 256), "BF16", "Q8_0", "output of Q8_0", 40.0, 32768, 17408),
+    ...               GGUFTensor("output_norm.weight", (256,), "F32", "F32", "copied (kept: 1-D)", math.nan, 1024,
+    ...                          1024)]
+    >>> print("\\n".join(gguf_summary(r)))
+    Q8_0   1 tensor(s)   0.02 MiB  SQNR 40.00 dB  output of Q8_0
+    F32    1 tensor(s)   0.00 MiB  copied (kept: 1-D)
+    size: 0.03 MiB -> 0.02 MiB (0.55x, 8.50 bits a weight in the converted tensors)
+    """
+    groups: dict[str, list] = {}
+    for t in report.tensors:
+        groups.setdefault(t.target, []).append(t)
+    width = max(map(len, groups), default=0)
+    lines = []
+    for target, tensors in groups.items():
+        sqnr = [t.sqnr_db for t in tensors if not math.isnan(t.sqnr_db)]
+        reasons = ", ".join(dict.fromkeys(t.reason for t in tensors))
+        span = "" if not sqnr else (f"  SQNR {min(sqnr):.2f} dB" if min(sqnr) == max(sqnr)
+                                    else f"  SQNR {min(sqnr):.2f}..{max(sqnr):.2f} dB")
+        size = sum(t.bytes_out for t in tensors) / 2**20
+        lines.append(f"{target.ljust(width)}  {len(tensors):2d} tensor(s)  {size:5.2f} MiB{span}  {reasons}")
+    converted = [t for t in report.tensors if t.source != t.target]
+    values = sum(math.prod(t.shape) for t in converted)
+    bits = 8 * sum(t.bytes_out for t in converted) / values if values else math.nan
+    ratio = report.bytes_out / report.bytes_in if report.bytes_in else math.nan
+    lines.append(f"size: {report.bytes_in / 2**20:.2f} MiB -> {report.bytes_out / 2**20:.2f} MiB ({ratio:.2f}x, "
+                 f"{bits:.2f} bits a weight in the converted tensors)")
+    return lines

@@ -15,7 +15,18 @@ import pytest
 from nbquant import gguf
 from nbquant.convert import ConvertError
 from nbquant.convert.gguf import convert_gguf, format_gguf_table, write_synthetic_gguf
-from nbquant.gguf.file import FLOAT32, STRING, UINT32, Field, GGUFError, TensorInfo, encode_metadata, read_gguf, type_id
+from nbquant.gguf.file import (
+    FLOAT32,
+    STRING,
+    UINT32,
+    Field,
+    GGUFError,
+    TensorInfo,
+    encode_metadata,
+    read_gguf,
+    type_id,
+    type_name,
+)
 from nbquant.gguf.imatrix import read_imatrix
 from nbquant.gguf.policy import Hyper, PolicyOptions, choose_types, hyper_from, tensor_order
 
@@ -444,3 +455,38 @@ def test_empty_tensor(tmp_path):
         assert [(n, t.ne, t.type_id, t.nbytes) for n, t in g.tensors.items()] == [
             ("e.weight", (0, 4, 1, 1), type_id("Q8_0"), 0), ("w.weight", (32, 2, 1, 1), type_id("Q8_0"), 68)]
         assert bytes(g.tensor_bytes("w.weight")) == bytes([0, 0] + [0] * 32) * 2
+
+
+# ---- the demo's GGUF step ----
+
+def test_demo_gguf_step_converts_the_synthetic_model(tmp_path):
+    from nbquant import demo
+
+    report = demo.gguf_step(str(tmp_path))
+    assert report.scheme == demo.GGUF_SCHEME == "Q8_0" and report.arch == "llama"
+    assert sorted(os.listdir(tmp_path)) == ["model-BF16.gguf", "model-Q8_0.gguf"]
+    targets = {t.name: t.target for t in report.tensors}
+    assert len(targets) == 2 + 9 * demo.GGUF_MODEL["layers"] + 1
+    assert {n for n, t in targets.items() if t == "F32"} == {"output_norm.weight", "blk.0.attn_norm.weight",
+                                                             "blk.0.ffn_norm.weight", "blk.1.attn_norm.weight",
+                                                             "blk.1.ffn_norm.weight"}
+    assert all(t.target == "Q8_0" and t.sqnr_db > 40 for t in report.tensors if t.source == "BF16")
+    with read_gguf(str(tmp_path / "model-Q8_0.gguf")) as g:
+        assert g.value("general.file_type") == 7
+        assert {n: type_name(i.type_id) for n, i in g.tensors.items()} == targets
+    lines = demo.gguf_summary(report)
+    assert lines[0].startswith("Q8_0  16 tensor(s)") and lines[1].startswith("F32    5 tensor(s)")
+    assert lines[2].startswith(f"size: {report.bytes_in / 2**20:.2f} MiB -> {report.bytes_out / 2**20:.2f} MiB (")
+    assert lines[2].endswith(", 8.50 bits a weight in the converted tensors)")
+
+
+def test_demo_ends_with_a_gguf_conversion(capsys):
+    from nbquant import cli
+
+    assert cli.main(["demo", "--size", "16x96", "--backend", "cpu", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out.split("\ngguf: ", 1)[1].splitlines()
+    assert out[0].startswith("nbquant convert model-BF16.gguf model-Q8_0.gguf --scheme Q8_0  (a synthetic")
+    assert out[1].startswith("Q8_0  16 tensor(s)") and out[2].startswith("F32    5 tensor(s)")
+    assert out[3].startswith("size: ") and out[3].endswith(" s") and len(out) == 4
+    assert cli.main(["demo", "--size", "16x96", "--backend", "cpu", "--repeats", "1", "--no-convert"]) == 0
+    assert "gguf:" not in capsys.readouterr().out
