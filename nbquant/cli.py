@@ -461,6 +461,7 @@ def _demo_convert() -> None:
 
     from nbquant import demo
     from nbquant.convert import convert, write_synthetic_checkpoint
+    from nbquant.convert.gguf import gguf_summary
     from nbquant.convert.report import format_table
 
     with tempfile.TemporaryDirectory(prefix="nbquant-demo-") as tmp:
@@ -479,7 +480,7 @@ def _demo_convert() -> None:
         print(f"\ngguf: nbquant convert model-BF16.gguf model-{gguf.scheme}.gguf --scheme {gguf.scheme}  (a synthetic "
               f"Llama-shaped BF16 GGUF, {model['layers']} layers, hidden {model['hidden']}: the file llama.cpp's "
               f"llama-quantize writes, byte for byte; types chosen, SQNR of every k-th row)", flush=True)
-        print("\n".join(demo.gguf_summary(gguf)) + f" in {gguf.seconds:.2f} s")
+        print("\n".join(gguf_summary(gguf)) + f" in {gguf.seconds:.2f} s")
 
 
 def _inspect(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ import pytest
 
 from nbquant import gguf
 from nbquant.convert import ConvertError
-from nbquant.convert.gguf import convert_gguf, format_gguf_table, write_synthetic_gguf
+from nbquant.convert.gguf import convert_gguf, format_gguf_table, gguf_summary, write_synthetic_gguf
 from nbquant.gguf.file import (
     FLOAT32,
     STRING,
@@ -474,7 +474,7 @@ def test_demo_gguf_step_converts_the_synthetic_model(tmp_path):
     with read_gguf(str(tmp_path / "model-Q8_0.gguf")) as g:
         assert g.value("general.file_type") == 7
         assert {n: type_name(i.type_id) for n, i in g.tensors.items()} == targets
-    lines = demo.gguf_summary(report)
+    lines = gguf_summary(report)
     assert lines[0].startswith("Q8_0  16 tensor(s)") and lines[1].startswith("F32    5 tensor(s)")
     assert lines[2].startswith(f"size: {report.bytes_in / 2**20:.2f} MiB -> {report.bytes_out / 2**20:.2f} MiB (")
     assert lines[2].endswith(", 8.50 bits a weight in the converted tensors)")
