@@ -330,6 +330,9 @@ def _add_convert_parser(sub) -> None:
                       help="use the importance matrix only for tensors whose names contain NAME (repeatable)")
     gguf.add_argument("--exclude-weights", action="append", metavar="NAME",
                       help="do not use the importance matrix for tensors whose names contain NAME (repeatable)")
+    gguf.add_argument("--tensor-type", action="append", metavar="PATTERN=TYPE", dest="tensor_types",
+                      help="TYPE for the tensors whose names match the regular expression PATTERN, instead of the "
+                           "scheme's mix (repeatable; the first match wins; e.g. attn_q=Q8_0)")
     convert.error = functools.partial(_one_line_error, convert)
 
 
@@ -369,7 +372,8 @@ def _run_gguf(args: argparse.Namespace) -> int:
                               output_tensor_type=args.output_tensor_type,
                               token_embedding_type=args.token_embedding_type,
                               leave_output_tensor=args.leave_output_tensor, include_weights=args.include_weights,
-                              exclude_weights=args.exclude_weights, overwrite=args.overwrite,
+                              exclude_weights=args.exclude_weights, tensor_types=args.tensor_types,
+                              overwrite=args.overwrite,
                               progress=False if args.quiet else None, workers=args.workers,
                               check=not args.quiet or args.report is not None)
     except ConvertError as e:
@@ -384,9 +388,21 @@ def _run_gguf(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The options of GGUF sources (argparse's dest: the flag).
+_GGUF_OPTIONS = {"imatrix": "--imatrix", "pure": "--pure", "output_tensor_type": "--output-tensor-type",
+                 "token_embedding_type": "--token-embedding-type", "leave_output_tensor": "--leave-output-tensor",
+                 "include_weights": "--include-weights", "exclude_weights": "--exclude-weights",
+                 "tensor_types": "--tensor-type"}
+
+
 def _run_convert(args: argparse.Namespace) -> int:
     if args.src.lower().endswith(".gguf"):
         return _run_gguf(args)
+    given = [flag for dest, flag in _GGUF_OPTIONS.items() if getattr(args, dest) not in (None, False)]
+    if given:
+        print(f"nbquant convert: error: {given[0]} applies to GGUF sources (SRC ending in .gguf); {args.src!r} is a "
+              "safetensors checkpoint folder", file=sys.stderr)
+        return 1
     from nbquant.convert import ConvertError, convert
     from nbquant.convert.arguments import ArgumentError
     from nbquant.convert.report import format_table

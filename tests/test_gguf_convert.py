@@ -7,6 +7,7 @@ Exact values throughout; the byte-for-byte comparison with llama-quantize is the
 from __future__ import annotations
 
 import os
+import re
 import struct
 
 import numpy as np
@@ -268,6 +269,28 @@ def test_options():
     assert _types(_llama(), "Q4_K_M", h, quantize_output=False)["output.weight"] == "BF16"
 
 
+def test_tensor_type_overrides_skip_the_mix_and_its_counters():
+    h = Hyper("llama", 8, 4, 0)
+    plain = _types(_llama(), "Q4_K_M", h)
+    assert _per_layer(plain, "attn_v.weight") == ["Q6_K", "Q4_K", "Q4_K", "Q6_K", "Q4_K", "Q4_K", "Q6_K", "Q6_K"]
+    rules = ((re.compile(r"blk\.0\.attn_v"), "Q8_0"), (re.compile("attn_q"), "Q5_0"), (re.compile("attn_o"), "Q6_K"))
+    t = _types(_llama(), "Q4_K_M", h, tensor_types=rules)
+    # blk.0's attn_v is not counted: the more-bits layers of attn_v move one layer on (counter 0 is blk.1)
+    assert _per_layer(t, "attn_v.weight") == ["Q8_0", "Q6_K", "Q4_K", "Q4_K", "Q6_K", "Q4_K", "Q4_K", "Q6_K"]
+    assert _per_layer(t, "attn_q.weight") == ["Q5_0"] * 8
+    assert _per_layer(t, "attn_output.weight") == ["Q6_K"] * 8
+    assert _per_layer(t, "ffn_down.weight") == _per_layer(plain, "ffn_down.weight")
+    reasons = {c.name: c.reason for c in choose_types(_llama(), "Q4_K_M", h, PolicyOptions(tensor_types=rules))}
+    assert reasons["blk.3.attn_q.weight"] == "--tensor-type attn_q=Q5_0"
+    # output and token_embd: --output-tensor-type / --token-embedding-type come first; the fallback still applies
+    rules = ((re.compile("output|token_embd"), "Q4_K"),)
+    assert [_types(_llama(hidden=288), "Q8_0", h, tensor_types=rules)[n] for n in ("output.weight", "token_embd.weight",
+                                                                                     "blk.0.attn_output.weight")] == [
+        "Q5_0", "Q5_0", "Q5_0"]
+    t = _types(_llama(), "Q8_0", h, tensor_types=rules, output_tensor_type="Q8_0", token_embedding_type="Q4_0")
+    assert (t["output.weight"], t["token_embd.weight"], t["blk.0.attn_output.weight"]) == ("Q8_0", "Q4_0", "Q4_K")
+
+
 def test_generic_policy_for_unknown_architectures():
     rows = [("double_blocks.0.img_norm1.weight", (128, 2, 1, 1), BF16),
             ("double_blocks.0.img_attn.qkv.weight", (256, 768, 1, 1), BF16),
@@ -430,6 +453,38 @@ def test_cli_and_inspect(model, tmp_path, capsys):
     assert "general.file_type = 7" in out and out.strip().endswith("12 tensors, 0.4 MiB; F32 3, Q8_0 9")
     assert main(["inspect", str(tmp_path / "missing.gguf")]) == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_tensor_type_option(model, tmp_path, capsys):
+    from nbquant.cli import main
+
+    dst = str(tmp_path / "q.gguf")
+    report = convert_gguf(model, dst, "Q8_0", tensor_types=["ATTN_[QK]=q4_0", "ffn_(g|u|d)=F16", "ffn_down=Q4_1"],
+                          progress=False)
+    targets = {t.name: t.target for t in report.tensors}
+    assert {n: t for n, t in targets.items() if "attn_q" in n or "attn_k" in n or "ffn_" in n} == {
+        f"blk.{i}.{w}.weight": t for i in range(2) for w, t in (
+            ("attn_q", "Q4_0"), ("attn_k", "Q4_0"), ("ffn_gate", "F16"), ("ffn_up", "F16"), ("ffn_down", "F16"),
+            ("ffn_norm", "F32"))}
+    assert targets["blk.0.attn_v.weight"] == "Q8_0" and targets["output.weight"] == "Q8_0"
+    for value, match in (("attn_q", "expected PATTERN=TYPE"), ("=Q8_0", "expected PATTERN=TYPE"),
+                         ("attn_q=", "expected PATTERN=TYPE"), ("attn_q=Q9_K", "the type 'Q9_K' is not one"),
+                         ("attn_(q=Q8_0", "the pattern is not a regular expression")):
+        with pytest.raises(ConvertError, match=re.escape(f"--tensor-type {value!r}: ") + ".*" + match):
+            convert_gguf(model, str(tmp_path / "r.gguf"), "Q8_0", tensor_types=[value], progress=False)
+    with pytest.raises(ConvertError, match="give a list of PATTERN=TYPE strings"):
+        convert_gguf(model, str(tmp_path / "r.gguf"), "Q8_0", tensor_types="attn_q=Q8_0", progress=False)
+    assert main(["convert", model, str(tmp_path / "c.gguf"), "--scheme", "Q8_0", "--quiet", "--tensor-type",
+                 "ATTN_[QK]=q4_0", "--tensor-type", "ffn_(g|u|d)=F16", "--tensor-type", "ffn_down=Q4_1"]) == 0
+    assert (tmp_path / "c.gguf").read_bytes() == open(dst, "rb").read()
+    assert main(["convert", model, str(tmp_path / "d.gguf"), "--scheme", "Q8_0", "--tensor-type",
+                 "attn_q=IQ2_XXS"]) == 1
+    assert capsys.readouterr().err == (
+        "nbquant convert: error: --tensor-type 'attn_q=IQ2_XXS': the type 'IQ2_XXS' is not one nbquant writes ("
+        + ", ".join(gguf.implemented_formats()) + ", F32, F16, BF16)\n")
+    assert main(["convert", str(tmp_path), str(tmp_path / "e"), "--scheme", "W4A16", "--tensor-type", "a=Q8_0"]) == 1
+    assert capsys.readouterr().err.startswith("nbquant convert: error: --tensor-type applies to GGUF sources")
+    assert sorted(os.listdir(tmp_path)) == ["c.gguf", "q.gguf"]
 
 
 def test_writes_never_follow_links_and_failures_leave_nothing(model, tmp_path):

@@ -190,6 +190,32 @@ def test_options_equal_llama_quantize(llama_quantize, models, tmp_path, option):
     assert theirs.read_bytes() == ours.read_bytes()
 
 
+#: ``--tensor-type`` cases: (scheme, patterns, other llama-quantize options as convert_gguf's keywords).
+TENSOR_TYPES = {
+    "attn_v-counter": ("Q4_K_M", [r"blk\.[0-2]\.attn_v=Q8_0"], {}),  # the mix's attn_v counter skips blk.0-2
+    "first-match": ("Q4_K_M", ["ATTN_(Q|K)=q5_0", "ffn_down=Q8_0", "ffn=Q4_0", "output=Q4_1", "token_embd=f16"], {}),
+    "with-output-type": ("Q5_K_M", ["output=Q4_0", r"token_embd\.=Q4_1", "blk\\.7=Q8_0"],
+                         {"output_tensor_type": "Q6_K", "token_embedding_type": "Q8_0"}),
+    "pure": ("Q4_K_S", ["ffn_up=Q5_1"], {"pure": True}),
+}
+
+
+@pytest.mark.parametrize("case", list(TENSOR_TYPES))
+def test_tensor_type_equals_llama_quantize(llama_quantize, models, tmp_path, case):
+    scheme, patterns, kwargs = TENSOR_TYPES[case]
+    src = models["llama8"]
+    theirs, ours = tmp_path / "theirs.gguf", tmp_path / "ours.gguf"
+    options = [a for p in patterns for a in ("--tensor-type", p)]
+    for key, value in kwargs.items():
+        options += ["--" + key.replace("_", "-")] + ([] if value is True else [value])
+    done = subprocess.run([str(llama_quantize), *options, str(src), str(theirs), scheme, "2"], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = convert_gguf(src, ours, scheme, tensor_types=patterns, progress=False, **kwargs)
+    assert any(t.reason.startswith("--tensor-type ") for t in report.tensors)
+    assert theirs.read_bytes() == ours.read_bytes()
+
+
 def _write_legacy_imatrix(path: Path, weights: list[tuple[str, int, int]]) -> None:
     """The legacy ``.dat`` format: entries of (name, ncall, values), then the chunk count and the dataset name."""
     rng = np.random.default_rng(11)

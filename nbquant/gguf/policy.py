@@ -11,6 +11,9 @@ the schemes of :data:`SCHEMES`:
 * ``attn_v``/``attn_qkv`` and ``ffn_down`` of some layers get more bits (``use_more_bits``: the
   first and last eighth of the layers and every third between), as do ``attn_output`` for Q2_K
   and Q3_K_M/L, with GQA ≥ 4, 8 experts and 70B-model exceptions;
+* ``--tensor-type PATTERN=TYPE`` (:attr:`PolicyOptions.tensor_types`): the first pattern found in
+  a tensor's name gives its type instead of the mix (after ``--token-embedding-type`` and
+  ``--output-tensor-type``; the counters of ``attn_v`` / ``ffn_down`` skip it); the fallback still applies;
 * a type whose block does not divide the row falls back (Q4_K→Q5_0, Q5_K→Q5_1, Q6_K→Q8_0,
   Q2_K/Q3_K→Q4_0, IQ4_XS→IQ4_NL, then F16).
 
@@ -99,13 +102,20 @@ class Hyper:
 @dataclass(frozen=True)
 class PolicyOptions:
     """llama-quantize's options: ``--pure``, ``--output-tensor-type``, ``--token-embedding-type``,
-    ``--leave-output-tensor`` (``quantize_output=False``), and whether an importance matrix is given."""
+    ``--leave-output-tensor`` (``quantize_output=False``), whether an importance matrix is given, ``--tensor-type``."""
 
     pure: bool = False
     output_tensor_type: str | None = None
     token_embedding_type: str | None = None
     quantize_output: bool = True
     has_imatrix: bool = False
+    #: ``--tensor-type PATTERN=TYPE``: (compiled pattern, type name) pairs, the first whose pattern is found in a
+    #: tensor's name (``re.search``; llama-quantize's ``std::regex_search``) wins.
+    tensor_types: tuple[tuple[re.Pattern, str], ...] = ()
+
+    def manual_type(self, name: str) -> tuple[str, str] | None:
+        """The ``--tensor-type`` (type, pattern) that names ``name``, or None."""
+        return next(((t, p.pattern) for p, t in self.tensor_types if p.search(name)), None)
 
 
 @dataclass(frozen=True)
@@ -359,13 +369,19 @@ def choose_types(tensors, scheme: str, hyper: Hyper, opts: PolicyOptions | None 
             out.append(Choice(name, tid, tid, f"kept: {kept}"))
             continue
         cat = cats[name]
-        if opts.token_embedding_type is not None and cat == "token_embd":
+        manual = opts.manual_type(name)
+        # --token-embedding-type, unless --tensor-type names per_layer_token_embd (a large table of its own)
+        if opts.token_embedding_type is not None and cat == "token_embd" and (
+                manual is None or name != "per_layer_token_embd.weight"):
             out.append(Choice(name, tid, type_id(opts.token_embedding_type), "--token-embedding-type"))
             continue
         if opts.output_tensor_type is not None and cat == "output":
             out.append(Choice(name, tid, type_id(opts.output_tensor_type), "--output-tensor-type"))
             continue
-        t, why = (default, "--pure") if opts.pure else rules.mix(name, ne, default, cat)
+        if manual is not None:  # the scheme's mix is skipped: its attn_v / ffn_down counters do not count it
+            t, why = manual[0], f"--tensor-type {manual[1]}={manual[0]}"
+        else:
+            t, why = (default, "--pure") if opts.pure else rules.mix(name, ne, default, cat)
         t, fell = _fallback(ne[0], t)
         out.append(Choice(name, tid, type_id(t), fell or why))
     return out

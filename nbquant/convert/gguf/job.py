@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 
 import numpy as np
@@ -136,15 +137,44 @@ class _Writer:
         return written, signal, noise
 
 
+def _check_type(flag: str, value, qtype) -> str:
+    """``qtype``'s upper-case name, or one line naming ``flag``, its ``value`` and the types nbquant writes."""
+    name = str(qtype).upper()
+    if name not in gguf.implemented_formats() + _FLOAT_SOURCES:
+        raise ConvertError(f"{flag} {value!r}: the type {qtype!r} is not one nbquant writes "
+                           f"({', '.join(gguf.implemented_formats())}, {', '.join(_FLOAT_SOURCES)})")
+    return name
+
+
+def _tensor_types(values) -> tuple[tuple[re.Pattern, str], ...]:
+    """``--tensor-type PATTERN=TYPE`` values as llama-quantize parses them: split at the first ``=``, the pattern
+    lowercased, the type's name in any case."""
+    if values is None:
+        return ()
+    if isinstance(values, str):
+        raise ConvertError(f"--tensor-type {values!r}: give a list of PATTERN=TYPE strings")
+    out = []
+    for value in values:
+        pattern, sep, qtype = str(value).partition("=")
+        if not sep or not pattern or not qtype:
+            raise ConvertError(f"--tensor-type {value!r}: expected PATTERN=TYPE (a regular expression searched in "
+                               "tensor names, e.g. attn_q=Q8_0), with a pattern and a type")
+        try:
+            compiled = re.compile(pattern.lower())
+        except re.error as e:
+            raise ConvertError(f"--tensor-type {value!r}: the pattern is not a regular expression: {e}") from None
+        out.append((compiled, _check_type("--tensor-type", value, qtype)))
+    return tuple(out)
+
+
 def _check_options(scheme: str, output_tensor_type, token_embedding_type) -> str:
     scheme = ALIASES.get(str(scheme).upper(), str(scheme).upper())
     if scheme not in SCHEMES:
         raise ConvertError(f"scheme {scheme!r} is not a GGUF scheme; choose one of {', '.join(SCHEMES)}")
     for flag, value in (("--output-tensor-type", output_tensor_type),
                         ("--token-embedding-type", token_embedding_type)):
-        if value is not None and str(value).upper() not in gguf.implemented_formats() + _FLOAT_SOURCES:
-            raise ConvertError(f"{flag} {value!r}: nbquant writes {', '.join(gguf.implemented_formats())}, "
-                               f"{', '.join(_FLOAT_SOURCES)}")
+        if value is not None:
+            _check_type(flag, value, value)
     return scheme
 
 
@@ -226,7 +256,8 @@ def _plan(g, scheme: str, opts: PolicyOptions, matrix):
 def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *, imatrix: str | None = None,
                  pure: bool = False, output_tensor_type: str | None = None, token_embedding_type: str | None = None,
                  leave_output_tensor: bool = False, include_weights: list[str] | None = None,
-                 exclude_weights: list[str] | None = None, overwrite: bool = False,
+                 exclude_weights: list[str] | None = None, tensor_types: list[str] | None = None,
+                 overwrite: bool = False,
                  progress: bool | None = None, check: bool = True, workers: int | None = None) -> GGUFReport:
     """Quantize the GGUF file ``src`` into ``dst`` as ``llama-quantize src dst SCHEME`` does, byte for byte.
 
@@ -244,6 +275,10 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
     include_weights, exclude_weights : list of str, optional
         llama-quantize's ``--include-weights`` / ``--exclude-weights`` (not both): use the importance matrix only
         for the tensors whose names contain one of these strings / none of them.
+    tensor_types : list of str, optional
+        llama-quantize's ``--tensor-type PATTERN=TYPE`` values: a tensor whose name holds a match of the first
+        PATTERN that matches (a regular expression, lowercased; :func:`re.search`) gets TYPE instead of the scheme's
+        mix (``--output-tensor-type`` and ``--token-embedding-type`` come first; the row-size fallback applies).
     overwrite : bool
         Replace an existing ``dst``.
     progress : bool, optional
@@ -276,6 +311,7 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
     start = time.perf_counter()
     src, dst = os.fspath(src), os.fspath(dst)
     scheme = _check_options(scheme, output_tensor_type, token_embedding_type)
+    manual = _tensor_types(tensor_types)
     try:
         matrix = None if imatrix is None else _select(read_imatrix(imatrix), include_weights, exclude_weights)
         g = open_model(src)
@@ -285,7 +321,7 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
         _check_destination(src, dst, overwrite)
         opts = PolicyOptions(pure, None if output_tensor_type is None else str(output_tensor_type).upper(),
                              None if token_embedding_type is None else str(token_embedding_type).upper(),
-                             not leave_output_tensor, matrix is not None)
+                             not leave_output_tensor, matrix is not None, manual)
         hyper, choices, infos, weights = _plan(g, scheme, opts, matrix)
         fields = [f for f in g.fields.values() if f.key not in _SPLIT_KEYS]
         fields += [Field.u32("general.quantization_version", _QNT_VERSION),
