@@ -333,6 +333,9 @@ def _add_convert_parser(sub) -> None:
     gguf.add_argument("--tensor-type", action="append", metavar="PATTERN=TYPE", dest="tensor_types",
                       help="TYPE for the tensors whose names match the regular expression PATTERN, instead of the "
                            "scheme's mix (repeatable; the first match wins; e.g. attn_q=Q8_0)")
+    gguf.add_argument("--override-kv", action="append", metavar="KEY=TYPE:VALUE", dest="override_kv",
+                      help="set metadata KEY in the output; TYPE int (written as u32), float, bool or str "
+                           "(repeatable; e.g. general.name=str:mine)")
     convert.error = functools.partial(_one_line_error, convert)
 
 
@@ -373,7 +376,7 @@ def _run_gguf(args: argparse.Namespace) -> int:
                               token_embedding_type=args.token_embedding_type,
                               leave_output_tensor=args.leave_output_tensor, include_weights=args.include_weights,
                               exclude_weights=args.exclude_weights, tensor_types=args.tensor_types,
-                              overwrite=args.overwrite,
+                              override_kv=args.override_kv, overwrite=args.overwrite,
                               progress=False if args.quiet else None, workers=args.workers,
                               check=not args.quiet or args.report is not None)
     except ConvertError as e:
@@ -392,7 +395,7 @@ def _run_gguf(args: argparse.Namespace) -> int:
 _GGUF_OPTIONS = {"imatrix": "--imatrix", "pure": "--pure", "output_tensor_type": "--output-tensor-type",
                  "token_embedding_type": "--token-embedding-type", "leave_output_tensor": "--leave-output-tensor",
                  "include_weights": "--include-weights", "exclude_weights": "--exclude-weights",
-                 "tensor_types": "--tensor-type"}
+                 "tensor_types": "--tensor-type", "override_kv": "--override-kv"}
 
 
 def _run_convert(args: argparse.Namespace) -> int:

@@ -487,6 +487,48 @@ def test_tensor_type_option(model, tmp_path, capsys):
     assert sorted(os.listdir(tmp_path)) == ["c.gguf", "q.gguf"]
 
 
+def test_override_kv(model, tmp_path, capsys):
+    from nbquant.cli import main
+
+    dst = str(tmp_path / "q.gguf")
+    kv = ["general.name=str:renamed", "llama.context_length=int:-4096", "x.f=float:1e-3", "x.inf=float:-1e99",
+          "x.b=bool:true", "general.name=str:again", "general.file_type=int:99", "llama.attention.head_count_kv=int:1"]
+    convert_gguf(model, dst, "Q8_0", override_kv=kv, progress=False)
+    with read_gguf(model) as src, read_gguf(dst) as out:
+        moved = ["llama.context_length", "x.f", "x.inf", "x.b", "general.name", "general.file_type",
+                 "llama.attention.head_count_kv"]
+        assert list(out.fields) == [k for k in src.fields if k not in moved] + ["general.quantization_version"] + moved
+        assert [out.value(k) for k in moved] == [4096, np.float32(1e-3), -np.inf, True, "again", 99, 1]
+        assert [out.fields[k].vtype for k in moved] == [UINT32, FLOAT32, FLOAT32, 7, STRING, UINT32, UINT32]
+    # an int override of a hyperparameter counts in the type choice: IQ4_NL gives attn_v Q5_K with GQA 4 (the
+    # file's 16 / 4 heads), IQ4_NL with 16 / 16
+    with read_gguf(model) as g:
+        rows = [(t.name, t.ne, t.type_id) for t in g.tensors.values()]
+    assert {c.type_name for c in choose_types(rows, "IQ4_NL", Hyper("llama", 2, 4, 0)) if "attn_v" in c.name} == {
+        "Q5_K"}
+    report = convert_gguf(model, str(tmp_path / "n.gguf"), "IQ4_NL",
+                          override_kv=["llama.attention.head_count_kv=int:16"],
+                          tensor_types=[r"^(?!blk\.\d+\.attn_v).*=Q8_0"], progress=False)
+    assert {t.name: t.target for t in report.tensors if t.target not in ("Q8_0", "F32")} == {
+        "blk.0.attn_v.weight": "IQ4_NL", "blk.1.attn_v.weight": "IQ4_NL"}
+    os.remove(tmp_path / "n.gguf")
+    for value, match in (("general.name", "expected KEY=TYPE:VALUE"), ("=str:a", "expected KEY=TYPE:VALUE"),
+                         ("k" * 128 + "=str:a", "a key of 1 to 127 bytes"), ("a=u32:1", "TYPE must be int, float"),
+                         ("a=int", "TYPE must be int"), ("a=int:1.5", "decimal integer"), ("a=int:4294967296",
+                                                                                          "below 2"),
+                         ("a=float:1_0", "decimal number"), ("a=float:", "decimal number"), ("a=bool:True", "true or"),
+                         ("a=str:" + "x" * 128, "at most 127 bytes"), ("general.alignment=int:64", "cannot be over")):
+        with pytest.raises(ConvertError, match=re.escape(f"--override-kv {value!r}: ") + ".*" + match):
+            convert_gguf(model, str(tmp_path / "r.gguf"), "Q8_0", override_kv=[value], progress=False)
+    assert main(["convert", model, str(tmp_path / "c.gguf"), "--scheme", "Q8_0", "--quiet", *[
+        a for v in kv for a in ("--override-kv", v)]]) == 0
+    assert (tmp_path / "c.gguf").read_bytes() == open(dst, "rb").read()
+    assert main(["convert", model, str(tmp_path / "d.gguf"), "--scheme", "Q8_0", "--override-kv", "a=int:x"]) == 1
+    assert capsys.readouterr().err == ("nbquant convert: error: --override-kv 'a=int:x': an int VALUE is a decimal "
+                                       "integer of absolute value below 2**32 (written as u32 of |VALUE|)\n")
+    assert sorted(os.listdir(tmp_path)) == ["c.gguf", "q.gguf"]
+
+
 def test_writes_never_follow_links_and_failures_leave_nothing(model, tmp_path):
     target = tmp_path / "elsewhere"
     target.write_bytes(b"untouched")

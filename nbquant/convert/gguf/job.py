@@ -6,7 +6,8 @@ name beside it (``.NAME.partial``), renamed over ``dst`` once complete and synce
 
 * metadata: the source's keys in order without the ``split.*`` keys, then
   ``general.quantization_version`` (2) and ``general.file_type`` (the scheme's ``llama_ftype``)
-  moved to the end, then, with an importance matrix, ``quantize.imatrix.file`` (the path as
+  moved to the end, then the ``--override-kv`` keys (each moved to the end in turn), then, with an
+  importance matrix, ``quantize.imatrix.file`` (the path as
   given, cut to 127 bytes), ``quantize.imatrix.dataset``, ``quantize.imatrix.entries_count`` and
   ``quantize.imatrix.chunks_count``;
 * tensors in llama-quantize's order, each padded with zeros to the alignment (32 bytes, or the
@@ -25,7 +26,7 @@ import time
 import numpy as np
 
 from nbquant import gguf
-from nbquant.gguf.file import Field, GGUFError, TensorInfo, encode_metadata, type_name
+from nbquant.gguf.file import BOOL, FLOAT32, UINT32, Field, GGUFError, TensorInfo, encode_metadata, type_name
 from nbquant.gguf.imatrix import read_imatrix
 from nbquant.gguf.policy import ALIASES, SCHEMES, PolicyOptions, choose_types, hyper_from
 from nbquant.gguf.split import open_model
@@ -167,6 +168,55 @@ def _tensor_types(values) -> tuple[tuple[re.Pattern, str], ...]:
     return tuple(out)
 
 
+_INT = re.compile(r"[+-]?[0-9]+")
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|infinity|nan)", re.IGNORECASE)
+
+
+def _kv_overrides(values) -> list[Field]:
+    """``--override-kv KEY=TYPE:VALUE`` values as the fields llama-quantize writes: ``int`` as u32 of the absolute
+    value, ``float`` as f32, ``bool`` (``true``/``false``), ``str`` (at most 127 bytes); keys under 128 bytes."""
+    if values is None:
+        return []
+    if isinstance(values, str):
+        raise ConvertError(f"--override-kv {values!r}: give a list of KEY=TYPE:VALUE strings")
+    out = []
+    for value in values:
+        key, sep, typed = str(value).partition("=")
+        kind, colon, text = typed.partition(":")
+        bad = None
+        if not sep or not key or len(key.encode()) >= 128:
+            bad = "expected KEY=TYPE:VALUE with a key of 1 to 127 bytes"
+        elif key == "general.alignment":
+            bad = "general.alignment cannot be overridden (it sets the file's padding)"
+        elif not colon or kind not in ("int", "float", "bool", "str"):
+            bad = "TYPE must be int, float, bool or str (KEY=TYPE:VALUE)"
+        elif kind == "int" and not (_INT.fullmatch(text) and abs(int(text)) <= 0xFFFFFFFF):
+            bad = "an int VALUE is a decimal integer of absolute value below 2**32 (written as u32 of |VALUE|)"
+        elif kind == "float" and not _FLOAT.fullmatch(text):
+            bad = "a float VALUE is a decimal number, inf or nan (written as f32)"
+        elif kind == "bool" and text not in ("true", "false"):
+            bad = "a bool VALUE is true or false"
+        elif kind == "str" and len(text.encode()) > 127:
+            bad = "a str VALUE has at most 127 bytes"
+        if bad is not None:
+            raise ConvertError(f"--override-kv {value!r}: {bad}")
+        if kind == "int":
+            out.append(Field.u32(key, abs(int(text))))
+        elif kind == "float":
+            with np.errstate(over="ignore"):
+                out.append(Field(key, FLOAT32, np.float64(float(text)).astype("<f4").tobytes()))
+        elif kind == "bool":
+            out.append(Field(key, BOOL, bytes([text == "true"])))
+        else:
+            out.append(Field.string(key, text))
+    return out
+
+
+def _set(fields: list[Field], field: Field) -> None:
+    """``gguf_set_val_*``: the key removed where it is, then appended."""
+    fields[:] = [f for f in fields if f.key != field.key] + [field]
+
+
 def _check_options(scheme: str, output_tensor_type, token_embedding_type) -> str:
     scheme = ALIASES.get(str(scheme).upper(), str(scheme).upper())
     if scheme not in SCHEMES:
@@ -221,9 +271,14 @@ def _imatrix_fields(path: str, matrix) -> list[Field]:
     return fields
 
 
-def _plan(g, scheme: str, opts: PolicyOptions, matrix):
+def _plan(g, scheme: str, opts: PolicyOptions, matrix, overrides: list[Field]):
     """The choices, output tensor infos and imatrix slices, with every refusal before anything is written."""
-    hyper = hyper_from(g.value, list(g.tensors))
+    ints = {f.key: f.value for f in overrides if f.vtype == UINT32}  # llama's loader reads int overrides
+
+    def value(key: str, default=None):
+        return ints[key] if key in ints else g.value(key, default)
+
+    hyper = hyper_from(value, list(g.tensors))
     try:
         choices = choose_types(((t.name, t.ne, t.type_id) for t in g.tensors.values()), scheme, hyper, opts)
     except ValueError as e:
@@ -257,7 +312,7 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
                  pure: bool = False, output_tensor_type: str | None = None, token_embedding_type: str | None = None,
                  leave_output_tensor: bool = False, include_weights: list[str] | None = None,
                  exclude_weights: list[str] | None = None, tensor_types: list[str] | None = None,
-                 overwrite: bool = False,
+                 override_kv: list[str] | None = None, overwrite: bool = False,
                  progress: bool | None = None, check: bool = True, workers: int | None = None) -> GGUFReport:
     """Quantize the GGUF file ``src`` into ``dst`` as ``llama-quantize src dst SCHEME`` does, byte for byte.
 
@@ -279,6 +334,12 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
         llama-quantize's ``--tensor-type PATTERN=TYPE`` values: a tensor whose name holds a match of the first
         PATTERN that matches (a regular expression, lowercased; :func:`re.search`) gets TYPE instead of the scheme's
         mix (``--output-tensor-type`` and ``--token-embedding-type`` come first; the row-size fallback applies).
+    override_kv : list of str, optional
+        llama-quantize's ``--override-kv KEY=TYPE:VALUE`` values, TYPE ``int`` (written as u32 of the absolute
+        value), ``float`` (f32), ``bool`` (``true``/``false``) or ``str`` (at most 127 bytes): each removes KEY
+        where it is and appends it, after ``general.file_type`` and before the ``quantize.imatrix.*`` keys; an
+        ``int`` override of a hyperparameter key (``{arch}.block_count``, ``{arch}.attention.head_count``, ...)
+        counts in the type choice, as llama's model loader reads it.
     overwrite : bool
         Replace an existing ``dst``.
     progress : bool, optional
@@ -312,6 +373,7 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
     src, dst = os.fspath(src), os.fspath(dst)
     scheme = _check_options(scheme, output_tensor_type, token_embedding_type)
     manual = _tensor_types(tensor_types)
+    overrides = _kv_overrides(override_kv)
     try:
         matrix = None if imatrix is None else _select(read_imatrix(imatrix), include_weights, exclude_weights)
         g = open_model(src)
@@ -322,11 +384,14 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
         opts = PolicyOptions(pure, None if output_tensor_type is None else str(output_tensor_type).upper(),
                              None if token_embedding_type is None else str(token_embedding_type).upper(),
                              not leave_output_tensor, matrix is not None, manual)
-        hyper, choices, infos, weights = _plan(g, scheme, opts, matrix)
-        fields = [f for f in g.fields.values() if f.key not in _SPLIT_KEYS]
-        fields += [Field.u32("general.quantization_version", _QNT_VERSION),
-                   Field.u32("general.file_type", SCHEMES[scheme][0])]
-        fields += [] if matrix is None else _imatrix_fields(imatrix, matrix)
+        hyper, choices, infos, weights = _plan(g, scheme, opts, matrix, overrides)
+        fields = list(g.fields.values())
+        for field in [Field.u32("general.quantization_version", _QNT_VERSION),
+                      Field.u32("general.file_type", SCHEMES[scheme][0])]:
+            _set(fields, field)
+        fields = [f for f in fields if f.key not in _SPLIT_KEYS]
+        for field in overrides + ([] if matrix is None else _imatrix_fields(imatrix, matrix)):
+            _set(fields, field)
         report = GGUFReport(scheme, src, dst, hyper.arch)
         if hyper.generic:
             report.notes.append(f"architecture {hyper.arch!r} is unknown to llama.cpp (llama-quantize refuses it): "
