@@ -336,6 +336,9 @@ def _add_convert_parser(sub) -> None:
     gguf.add_argument("--override-kv", action="append", metavar="KEY=TYPE:VALUE", dest="override_kv",
                       help="set metadata KEY in the output; TYPE int (written as u32), float, bool or str "
                            "(repeatable; e.g. general.name=str:mine)")
+    gguf.add_argument("--prune-layers", metavar="L0,L1,...", dest="prune_layers",
+                      help="leave out these layers (blk.N.); the later ones are numbered on and the layer count "
+                           "is updated")
     convert.error = functools.partial(_one_line_error, convert)
 
 
@@ -376,7 +379,8 @@ def _run_gguf(args: argparse.Namespace) -> int:
                               token_embedding_type=args.token_embedding_type,
                               leave_output_tensor=args.leave_output_tensor, include_weights=args.include_weights,
                               exclude_weights=args.exclude_weights, tensor_types=args.tensor_types,
-                              override_kv=args.override_kv, overwrite=args.overwrite,
+                              override_kv=args.override_kv, prune_layers=args.prune_layers,
+                              overwrite=args.overwrite,
                               progress=False if args.quiet else None, workers=args.workers,
                               check=not args.quiet or args.report is not None)
     except ConvertError as e:
@@ -395,7 +399,7 @@ def _run_gguf(args: argparse.Namespace) -> int:
 _GGUF_OPTIONS = {"imatrix": "--imatrix", "pure": "--pure", "output_tensor_type": "--output-tensor-type",
                  "token_embedding_type": "--token-embedding-type", "leave_output_tensor": "--leave-output-tensor",
                  "include_weights": "--include-weights", "exclude_weights": "--exclude-weights",
-                 "tensor_types": "--tensor-type", "override_kv": "--override-kv"}
+                 "tensor_types": "--tensor-type", "override_kv": "--override-kv", "prune_layers": "--prune-layers"}
 
 
 def _run_convert(args: argparse.Namespace) -> int:

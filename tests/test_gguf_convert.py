@@ -29,7 +29,7 @@ from nbquant.gguf.file import (
     type_name,
 )
 from nbquant.gguf.imatrix import read_imatrix
-from nbquant.gguf.policy import Hyper, PolicyOptions, choose_types, hyper_from, tensor_order
+from nbquant.gguf.policy import Hyper, PolicyOptions, choose_types, hyper_from, prune_layers, tensor_order
 
 BF16, F32 = type_id("BF16"), type_id("F32")
 
@@ -527,6 +527,49 @@ def test_override_kv(model, tmp_path, capsys):
     assert capsys.readouterr().err == ("nbquant convert: error: --override-kv 'a=int:x': an int VALUE is a decimal "
                                        "integer of absolute value below 2**32 (written as u32 of |VALUE|)\n")
     assert sorted(os.listdir(tmp_path)) == ["c.gguf", "q.gguf"]
+
+
+def test_prune_layers_renumbers_and_keeps_the_source_layer_count():
+    names = [f"blk.{i}.{w}" for i in range(6) for w in ("a", "b")] + ["output.weight", "x.blk.3.c"]
+    kept, count = prune_layers(names, [1, 3])
+    assert count == 4 and kept == {"output.weight": "output.weight",  # x.blk.3.c: in layer 3 too
+                                   "blk.0.a": "blk.0.a", "blk.0.b": "blk.0.b", "blk.1.a": "blk.2.a",
+                                   "blk.1.b": "blk.2.b", "blk.2.a": "blk.4.a", "blk.2.b": "blk.4.b",
+                                   "blk.3.a": "blk.5.a", "blk.3.b": "blk.5.b"}
+    assert prune_layers(names, [9]) == ({n: n for n in tensor_order(names)}, 6)
+    assert prune_layers(names, []) == ({n: n for n in tensor_order(names)}, None)
+
+
+def test_prune_layers_option(model, tmp_path, capsys):
+    from nbquant.cli import main
+
+    dst = str(tmp_path / "q.gguf")
+    report = convert_gguf(model, dst, "Q8_0", prune_layers="0", override_kv=["llama.block_count=int:7"],
+                          progress=False)
+    with read_gguf(model) as src, read_gguf(dst) as out:
+        assert list(out.fields)[-1] == "llama.block_count" and out.value("llama.block_count") == 1
+        order = tensor_order(src.tensors)
+        assert list(out.tensors) == [n for n in order if not n.startswith("blk.")] + [
+            n.replace("blk.1.", "blk.0.") for n in order if n.startswith("blk.1.")]
+    again = str(tmp_path / "again.gguf")
+    convert_gguf(model, again, "Q8_0", progress=False)
+    with read_gguf(dst) as out, read_gguf(again) as whole:
+        for name in out.tensors:  # the bytes of blk.1 of the whole model
+            source = name.replace("blk.0.", "blk.1.")
+            assert (out.tensors[name].ne, bytes(out.tensor_bytes(name))) == (whole.tensors[source].ne,
+                                                                             bytes(whole.tensor_bytes(source)))
+    reasons = {t.name: t.reason for t in report.tensors}
+    assert reasons["blk.0.attn_q.weight"] == "scheme default; was blk.1.attn_q.weight"
+    for value in ("1,x", "-1", "", "1.5", [True], ["a"]):
+        with pytest.raises(ConvertError, match=re.escape(f"--prune-layers {value!r}: expected")):
+            convert_gguf(model, str(tmp_path / "r.gguf"), "Q8_0", prune_layers=value, progress=False)
+    assert main(["convert", model, str(tmp_path / "c.gguf"), "--scheme", "Q8_0", "--quiet", "--prune-layers", "0,0",
+                 "--override-kv", "llama.block_count=int:7"]) == 0
+    assert (tmp_path / "c.gguf").read_bytes() == open(dst, "rb").read()
+    assert main(["convert", model, str(tmp_path / "d.gguf"), "--scheme", "Q8_0", "--prune-layers", "2,a"]) == 1
+    assert capsys.readouterr().err == ("nbquant convert: error: --prune-layers '2,a': expected layer numbers "
+                                       "(integers >= 0) separated by commas, e.g. 3,4; 'a' is not one\n")
+    assert sorted(os.listdir(tmp_path)) == ["again.gguf", "c.gguf", "q.gguf"]
 
 
 def test_writes_never_follow_links_and_failures_leave_nothing(model, tmp_path):

@@ -216,6 +216,29 @@ def test_tensor_type_equals_llama_quantize(llama_quantize, models, tmp_path, cas
     assert theirs.read_bytes() == ours.read_bytes()
 
 
+#: ``--override-kv`` cases: (scheme, overrides, with the model's importance matrix).
+OVERRIDE_KV = {
+    "types": ("Q4_K_M", ["general.name=str:renamed", "llama.context_length=int:-4096", "x.f=float:1e-3",
+                         "x.inf=float:-1e99", "x.b=bool:true", "general.name=str:again", "x.b=bool:false"], False),
+    "hyperparameter": ("IQ4_NL", ["llama.attention.head_count_kv=int:8"], False),  # GQA 1: attn_v stays IQ4_NL
+    "imatrix-keys": ("Q4_K_M", ["quantize.imatrix.file=str:mine", "general.file_type=int:3", "a.b=str:c"], True),
+}
+
+
+@pytest.mark.parametrize("case", list(OVERRIDE_KV))
+def test_override_kv_equals_llama_quantize(llama_quantize, models, tmp_path, case):
+    scheme, overrides, imatrix = OVERRIDE_KV[case]
+    src = models["llama8"]
+    matrix = str(src.with_name("llama8.imatrix.gguf")) if imatrix else None
+    theirs, ours = tmp_path / "theirs.gguf", tmp_path / "ours.gguf"
+    options = [a for o in overrides for a in ("--override-kv", o)] + (["--imatrix", matrix] if matrix else [])
+    done = subprocess.run([str(llama_quantize), *options, str(src), str(theirs), scheme, "2"], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    convert_gguf(src, ours, scheme, override_kv=overrides, imatrix=matrix, progress=False)
+    assert theirs.read_bytes() == ours.read_bytes()
+
+
 def _write_legacy_imatrix(path: Path, weights: list[tuple[str, int, int]]) -> None:
     """The legacy ``.dat`` format: entries of (name, ncall, values), then the chunk count and the dataset name."""
     rng = np.random.default_rng(11)

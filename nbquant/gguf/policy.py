@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from .file import GGML_TYPES, type_id, type_name
 
 __all__ = ["SCHEMES", "ALIASES", "Hyper", "Choice", "PolicyOptions", "choose_types", "tensor_order", "hyper_from",
-           "KNOWN_ARCHITECTURES"]
+           "KNOWN_ARCHITECTURES", "prune_layers"]
 
 #: scheme -> (llama_ftype value written as general.file_type, default ggml type).
 SCHEMES = {"Q4_0": (2, "Q4_0"), "Q4_1": (3, "Q4_1"), "Q8_0": (7, "Q8_0"), "Q5_0": (8, "Q5_0"), "Q5_1": (9, "Q5_1"),
@@ -148,6 +148,44 @@ def tensor_order(names) -> list[str]:
     ['output.weight', 'blk.2.attn_q.weight', 'blk.10.ffn_up.weight']
     """
     return sorted(names, key=lambda n: (_layer_of(n), n.encode("utf-8", "surrogateescape")))
+
+
+_BLOCK = re.compile(r"blk\.([0-9]+)\.")
+
+
+def prune_layers(names, prune: list[int]) -> tuple[dict[str, str], int | None]:
+    """llama-quantize's ``--prune-layers``: the names kept (new name -> source name) and the new layer count.
+
+    The names are visited in :func:`tensor_order`; the first ``blk.N.`` found in a name is its
+    layer. Layers in ``prune`` are dropped; layers below the smallest pruned one keep their number;
+    the others are numbered on from there, in the order they are met. The layer count is the next
+    free number (``{arch}.block_count`` in the output); None when ``prune`` is empty.
+
+    Examples
+    --------
+    >>> names = [f"blk.{i}.w" for i in range(4)] + ["output.weight"]
+    >>> prune_layers(names, [1, 2])
+    ({'output.weight': 'output.weight', 'blk.0.w': 'blk.0.w', 'blk.1.w': 'blk.3.w'}, 2)
+    """
+    if not prune:
+        return {n: n for n in tensor_order(names)}, None
+    first, mapped, next_id, kept = min(prune), {}, 0, {}
+    for name in tensor_order(names):
+        m = _BLOCK.search(name)
+        if m is None:
+            kept[name] = name
+            continue
+        blk = int(m.group(1))
+        if blk not in mapped:
+            if blk in prune:
+                mapped[blk] = None
+            elif blk < first:
+                mapped[blk], next_id = blk, blk + 1
+            else:
+                mapped[blk], next_id = next_id, next_id + 1
+        if mapped[blk] is not None:
+            kept[name[:m.start(1)] + str(mapped[blk]) + name[m.end(1):]] = name
+    return kept, next_id
 
 
 def hyper_from(fields_value, names: list[str]) -> Hyper:

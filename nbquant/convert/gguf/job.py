@@ -9,7 +9,7 @@ name beside it (``.NAME.partial``), renamed over ``dst`` once complete and synce
   moved to the end, then the ``--override-kv`` keys (each moved to the end in turn), then, with an
   importance matrix, ``quantize.imatrix.file`` (the path as
   given, cut to 127 bytes), ``quantize.imatrix.dataset``, ``quantize.imatrix.entries_count`` and
-  ``quantize.imatrix.chunks_count``;
+  ``quantize.imatrix.chunks_count``, then, with ``--prune-layers``, ``{arch}.block_count``;
 * tensors in llama-quantize's order, each padded with zeros to the alignment (32 bytes, or the
   source's ``general.alignment``); a tensor whose type does not change is copied byte for byte.
 
@@ -29,6 +29,7 @@ from nbquant import gguf
 from nbquant.gguf.file import BOOL, FLOAT32, UINT32, Field, GGUFError, TensorInfo, encode_metadata, type_name
 from nbquant.gguf.imatrix import read_imatrix
 from nbquant.gguf.policy import ALIASES, SCHEMES, PolicyOptions, choose_types, hyper_from
+from nbquant.gguf.policy import prune_layers as _pruned
 from nbquant.gguf.split import open_model
 
 from ...threads import thread_limit
@@ -212,6 +213,23 @@ def _kv_overrides(values) -> list[Field]:
     return out
 
 
+def _prune_list(value) -> list[int]:
+    """``--prune-layers L0,L1,...`` (a string, or a sequence of ints) as a sorted list without repeats."""
+    if value is None:
+        return []
+    items = value.split(",") if isinstance(value, str) else list(value)
+    out = []
+    for item in items:
+        text = str(item).strip()
+        if isinstance(item, bool) or not text.isascii() or not text.isdigit():
+            raise ConvertError(f"--prune-layers {value!r}: expected layer numbers (integers >= 0) separated by "
+                               f"commas, e.g. 3,4; {item!r} is not one")
+        out.append(int(text))
+    if not out:
+        raise ConvertError(f"--prune-layers {value!r}: expected at least one layer number")
+    return sorted(set(out))
+
+
 def _set(fields: list[Field], field: Field) -> None:
     """``gguf_set_val_*``: the key removed where it is, then appended."""
     fields[:] = [f for f in fields if f.key != field.key] + [field]
@@ -271,7 +289,7 @@ def _imatrix_fields(path: str, matrix) -> list[Field]:
     return fields
 
 
-def _plan(g, scheme: str, opts: PolicyOptions, matrix, overrides: list[Field]):
+def _plan(g, scheme: str, opts: PolicyOptions, matrix, overrides: list[Field], prune: list[int]):
     """The choices, output tensor infos and imatrix slices, with every refusal before anything is written."""
     ints = {f.key: f.value for f in overrides if f.vtype == UINT32}  # llama's loader reads int overrides
 
@@ -279,13 +297,15 @@ def _plan(g, scheme: str, opts: PolicyOptions, matrix, overrides: list[Field]):
         return ints[key] if key in ints else g.value(key, default)
 
     hyper = hyper_from(value, list(g.tensors))
+    names, _ = _pruned(g.tensors, prune)
     try:
-        choices = choose_types(((t.name, t.ne, t.type_id) for t in g.tensors.values()), scheme, hyper, opts)
+        choices = choose_types(((new, g.tensors[old].ne, g.tensors[old].type_id) for new, old in names.items()),
+                               scheme, hyper, opts)
     except ValueError as e:
         raise ConvertError(f"{g.path}: {e}") from None
     infos, weights, offset = [], {}, 0
     for c in choices:
-        info = g.tensors[c.name]
+        info = g.tensors[names[c.name]]
         source, target = type_name(c.source), type_name(c.target)
         if c.source != c.target:
             if source not in _FLOAT_SOURCES:
@@ -293,7 +313,7 @@ def _plan(g, scheme: str, opts: PolicyOptions, matrix, overrides: list[Field]):
             if target not in gguf.implemented_formats() + _FLOAT_SOURCES:
                 raise ConvertError(f"{c.name}: {scheme} gives it {target}, which nbquant does not implement yet "
                                    f"(it writes {', '.join(gguf.implemented_formats())})")
-            entry = None if matrix is None else matrix.entries.get(c.name)
+            entry = None if matrix is None else matrix.entries.get(names[c.name])  # the source layer's entry
             if entry is not None and entry.size != info.ne[0] * info.ne[2]:
                 if c.name not in ("token_embd.weight", "per_layer_token_embd.weight"):
                     raise ConvertError(f"imatrix size {entry.size} is different from tensor size "
@@ -305,14 +325,15 @@ def _plan(g, scheme: str, opts: PolicyOptions, matrix, overrides: list[Field]):
         out = TensorInfo(c.name, info.ne, c.target, offset)
         infos.append(out)
         offset += out.nbytes + (-out.nbytes % g.alignment)
-    return hyper, choices, infos, weights
+    return hyper, choices, infos, weights, names
 
 
 def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *, imatrix: str | None = None,
                  pure: bool = False, output_tensor_type: str | None = None, token_embedding_type: str | None = None,
                  leave_output_tensor: bool = False, include_weights: list[str] | None = None,
                  exclude_weights: list[str] | None = None, tensor_types: list[str] | None = None,
-                 override_kv: list[str] | None = None, overwrite: bool = False,
+                 override_kv: list[str] | None = None, prune_layers: str | list[int] | None = None,
+                 overwrite: bool = False,
                  progress: bool | None = None, check: bool = True, workers: int | None = None) -> GGUFReport:
     """Quantize the GGUF file ``src`` into ``dst`` as ``llama-quantize src dst SCHEME`` does, byte for byte.
 
@@ -340,6 +361,10 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
         where it is and appends it, after ``general.file_type`` and before the ``quantize.imatrix.*`` keys; an
         ``int`` override of a hyperparameter key (``{arch}.block_count``, ``{arch}.attention.head_count``, ...)
         counts in the type choice, as llama's model loader reads it.
+    prune_layers : str or list of int, optional
+        llama-quantize's ``--prune-layers L0,L1,...``: the layers ``blk.N.`` to leave out; the layers after the
+        first one left out are numbered on (:func:`nbquant.gguf.policy.prune_layers`), ``{arch}.block_count`` is
+        set to the new count (the last key), and the type choice counts the source's layers, as llama-quantize's.
     overwrite : bool
         Replace an existing ``dst``.
     progress : bool, optional
@@ -374,6 +399,7 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
     scheme = _check_options(scheme, output_tensor_type, token_embedding_type)
     manual = _tensor_types(tensor_types)
     overrides = _kv_overrides(override_kv)
+    prune = _prune_list(prune_layers)
     try:
         matrix = None if imatrix is None else _select(read_imatrix(imatrix), include_weights, exclude_weights)
         g = open_model(src)
@@ -384,7 +410,7 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
         opts = PolicyOptions(pure, None if output_tensor_type is None else str(output_tensor_type).upper(),
                              None if token_embedding_type is None else str(token_embedding_type).upper(),
                              not leave_output_tensor, matrix is not None, manual)
-        hyper, choices, infos, weights = _plan(g, scheme, opts, matrix, overrides)
+        hyper, choices, infos, weights, names = _plan(g, scheme, opts, matrix, overrides, prune)
         fields = list(g.fields.values())
         for field in [Field.u32("general.quantization_version", _QNT_VERSION),
                       Field.u32("general.file_type", SCHEMES[scheme][0])]:
@@ -392,6 +418,8 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
         fields = [f for f in fields if f.key not in _SPLIT_KEYS]
         for field in overrides + ([] if matrix is None else _imatrix_fields(imatrix, matrix)):
             _set(fields, field)
+        if prune:
+            _set(fields, Field.u32(f"{hyper.arch}.block_count", _pruned(g.tensors, prune)[1]))
         report = GGUFReport(scheme, src, dst, hyper.arch)
         if hyper.generic:
             report.notes.append(f"architecture {hyper.arch!r} is unknown to llama.cpp (llama-quantize refuses it): "
@@ -404,11 +432,13 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
                 f.write(head)
                 writer = _Writer(f, g.alignment, check)
                 for c in choices:
-                    source = g.tensors[c.name]
+                    source = g.tensors[names[c.name]]
                     sqnr, written = writer.tensor(g, source, type_name(c.target), weights.get(c.name))
+                    reason = c.reason if c.source != c.target else f"copied ({c.reason})"
+                    if names[c.name] != c.name:
+                        reason += f"; was {names[c.name]}"
                     report.tensors.append(GGUFTensor(c.name, source.shape, type_name(c.source), type_name(c.target),
-                                                     c.reason if c.source != c.target else f"copied ({c.reason})",
-                                                     sqnr, source.nbytes, written))
+                                                     reason, sqnr, source.nbytes, written))
                     bar.update(source.nbytes)
                 f.flush()
                 os.fsync(f.fileno())
