@@ -239,6 +239,25 @@ def test_override_kv_equals_llama_quantize(llama_quantize, models, tmp_path, cas
     assert theirs.read_bytes() == ours.read_bytes()
 
 
+#: ``--prune-layers`` cases: (scheme, layers, with the model's importance matrix).
+PRUNE = {"middle": ("Q4_K_M", "2,5,3", False), "first-imatrix": ("Q4_K_M", "0", True),
+         "beyond": ("Q5_K_M", "7,30", False)}
+
+
+@pytest.mark.parametrize("case", list(PRUNE))
+def test_prune_layers_equals_llama_quantize(llama_quantize, models, tmp_path, case):
+    scheme, layers, imatrix = PRUNE[case]
+    src = models["llama8"]
+    matrix = str(src.with_name("llama8.imatrix.gguf")) if imatrix else None
+    theirs, ours = tmp_path / "theirs.gguf", tmp_path / "ours.gguf"
+    options = ["--prune-layers", layers] + (["--imatrix", matrix] if matrix else [])
+    done = subprocess.run([str(llama_quantize), *options, str(src), str(theirs), scheme, "2"], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    convert_gguf(src, ours, scheme, prune_layers=layers, imatrix=matrix, progress=False)
+    assert theirs.read_bytes() == ours.read_bytes()
+
+
 def _write_legacy_imatrix(path: Path, weights: list[tuple[str, int, int]]) -> None:
     """The legacy ``.dat`` format: entries of (name, ncall, values), then the chunk count and the dataset name."""
     rng = np.random.default_rng(11)
