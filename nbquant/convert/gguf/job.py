@@ -20,21 +20,21 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import time
 
 import numpy as np
 
 from nbquant import gguf
-from nbquant.gguf.file import BOOL, FLOAT32, UINT32, Field, GGUFError, TensorInfo, encode_metadata, type_name
+from nbquant.gguf.file import UINT32, Field, GGUFError, TensorInfo, encode_metadata, type_name
 from nbquant.gguf.imatrix import read_imatrix
-from nbquant.gguf.policy import ALIASES, SCHEMES, PolicyOptions, choose_types, hyper_from
+from nbquant.gguf.policy import SCHEMES, PolicyOptions, choose_types, hyper_from
 from nbquant.gguf.policy import prune_layers as _pruned
 from nbquant.gguf.split import open_model
 
 from ...threads import thread_limit
 from ..report import Progress, sqnr_db
 from ..safetensors import ConvertError
+from . import options
 from .report import GGUFReport, GGUFTensor
 
 __all__ = ["convert_gguf", "SLAB_ELEMENTS"]
@@ -43,7 +43,7 @@ __all__ = ["convert_gguf", "SLAB_ELEMENTS"]
 SLAB_ELEMENTS = 1 << 24
 #: Values checked for the SQNR of each tensor (every k-th row).
 CHECK_ELEMENTS = 1 << 20
-_FLOAT_SOURCES = ("F32", "F16", "BF16")
+_FLOAT_SOURCES = options.FLOAT_TYPES
 _SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
 _QNT_VERSION = 2
 
@@ -137,113 +137,6 @@ class _Writer:
                     noise += float(np.einsum("ij,ij->", err, err))
                 del x, codes
         return written, signal, noise
-
-
-def _check_type(flag: str, value, qtype) -> str:
-    """``qtype``'s upper-case name, or one line naming ``flag``, its ``value`` and the types nbquant writes."""
-    name = str(qtype).upper()
-    if name not in gguf.implemented_formats() + _FLOAT_SOURCES:
-        raise ConvertError(f"{flag} {value!r}: the type {qtype!r} is not one nbquant writes "
-                           f"({', '.join(gguf.implemented_formats())}, {', '.join(_FLOAT_SOURCES)})")
-    return name
-
-
-def _tensor_types(values) -> tuple[tuple[re.Pattern, str], ...]:
-    """``--tensor-type PATTERN=TYPE`` values as llama-quantize parses them: split at the first ``=``, the pattern
-    lowercased, the type's name in any case."""
-    if values is None:
-        return ()
-    if isinstance(values, str):
-        raise ConvertError(f"--tensor-type {values!r}: give a list of PATTERN=TYPE strings")
-    out = []
-    for value in values:
-        pattern, sep, qtype = str(value).partition("=")
-        if not sep or not pattern or not qtype:
-            raise ConvertError(f"--tensor-type {value!r}: expected PATTERN=TYPE (a regular expression searched in "
-                               "tensor names, e.g. attn_q=Q8_0), with a pattern and a type")
-        try:
-            compiled = re.compile(pattern.lower())
-        except re.error as e:
-            raise ConvertError(f"--tensor-type {value!r}: the pattern is not a regular expression: {e}") from None
-        out.append((compiled, _check_type("--tensor-type", value, qtype)))
-    return tuple(out)
-
-
-_INT = re.compile(r"[+-]?[0-9]+")
-_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|infinity|nan)", re.IGNORECASE)
-
-
-def _kv_overrides(values) -> list[Field]:
-    """``--override-kv KEY=TYPE:VALUE`` values as the fields llama-quantize writes: ``int`` as u32 of the absolute
-    value, ``float`` as f32, ``bool`` (``true``/``false``), ``str`` (at most 127 bytes); keys under 128 bytes."""
-    if values is None:
-        return []
-    if isinstance(values, str):
-        raise ConvertError(f"--override-kv {values!r}: give a list of KEY=TYPE:VALUE strings")
-    out = []
-    for value in values:
-        key, sep, typed = str(value).partition("=")
-        kind, colon, text = typed.partition(":")
-        bad = None
-        if not sep or not key or len(key.encode()) >= 128:
-            bad = "expected KEY=TYPE:VALUE with a key of 1 to 127 bytes"
-        elif key == "general.alignment":
-            bad = "general.alignment cannot be overridden (it sets the file's padding)"
-        elif not colon or kind not in ("int", "float", "bool", "str"):
-            bad = "TYPE must be int, float, bool or str (KEY=TYPE:VALUE)"
-        elif kind == "int" and not (_INT.fullmatch(text) and abs(int(text)) <= 0xFFFFFFFF):
-            bad = "an int VALUE is a decimal integer of absolute value below 2**32 (written as u32 of |VALUE|)"
-        elif kind == "float" and not _FLOAT.fullmatch(text):
-            bad = "a float VALUE is a decimal number, inf or nan (written as f32)"
-        elif kind == "bool" and text not in ("true", "false"):
-            bad = "a bool VALUE is true or false"
-        elif kind == "str" and len(text.encode()) > 127:
-            bad = "a str VALUE has at most 127 bytes"
-        if bad is not None:
-            raise ConvertError(f"--override-kv {value!r}: {bad}")
-        if kind == "int":
-            out.append(Field.u32(key, abs(int(text))))
-        elif kind == "float":
-            with np.errstate(over="ignore"):
-                out.append(Field(key, FLOAT32, np.float64(float(text)).astype("<f4").tobytes()))
-        elif kind == "bool":
-            out.append(Field(key, BOOL, bytes([text == "true"])))
-        else:
-            out.append(Field.string(key, text))
-    return out
-
-
-def _prune_list(value) -> list[int]:
-    """``--prune-layers L0,L1,...`` (a string, or a sequence of ints) as a sorted list without repeats."""
-    if value is None:
-        return []
-    items = value.split(",") if isinstance(value, str) else list(value)
-    out = []
-    for item in items:
-        text = str(item).strip()
-        if isinstance(item, bool) or not text.isascii() or not text.isdigit():
-            raise ConvertError(f"--prune-layers {value!r}: expected layer numbers (integers >= 0) separated by "
-                               f"commas, e.g. 3,4; {item!r} is not one")
-        out.append(int(text))
-    if not out:
-        raise ConvertError(f"--prune-layers {value!r}: expected at least one layer number")
-    return sorted(set(out))
-
-
-def _set(fields: list[Field], field: Field) -> None:
-    """``gguf_set_val_*``: the key removed where it is, then appended."""
-    fields[:] = [f for f in fields if f.key != field.key] + [field]
-
-
-def _check_options(scheme: str, output_tensor_type, token_embedding_type) -> str:
-    scheme = ALIASES.get(str(scheme).upper(), str(scheme).upper())
-    if scheme not in SCHEMES:
-        raise ConvertError(f"scheme {scheme!r} is not a GGUF scheme; choose one of {', '.join(SCHEMES)}")
-    for flag, value in (("--output-tensor-type", output_tensor_type),
-                        ("--token-embedding-type", token_embedding_type)):
-        if value is not None:
-            _check_type(flag, value, value)
-    return scheme
 
 
 def _check_destination(src: str, dst: str, overwrite: bool) -> None:
@@ -396,10 +289,10 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
     """
     start = time.perf_counter()
     src, dst = os.fspath(src), os.fspath(dst)
-    scheme = _check_options(scheme, output_tensor_type, token_embedding_type)
-    manual = _tensor_types(tensor_types)
-    overrides = _kv_overrides(override_kv)
-    prune = _prune_list(prune_layers)
+    scheme = options.check_options(scheme, output_tensor_type, token_embedding_type)
+    manual = options.tensor_types(tensor_types)
+    overrides = options.kv_overrides(override_kv)
+    prune = options.prune_list(prune_layers)
     try:
         matrix = None if imatrix is None else _select(read_imatrix(imatrix), include_weights, exclude_weights)
         g = open_model(src)
@@ -414,12 +307,12 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
         fields = list(g.fields.values())
         for field in [Field.u32("general.quantization_version", _QNT_VERSION),
                       Field.u32("general.file_type", SCHEMES[scheme][0])]:
-            _set(fields, field)
+            options.set_field(fields, field)
         fields = [f for f in fields if f.key not in _SPLIT_KEYS]
         for field in overrides + ([] if matrix is None else _imatrix_fields(imatrix, matrix)):
-            _set(fields, field)
+            options.set_field(fields, field)
         if prune:
-            _set(fields, Field.u32(f"{hyper.arch}.block_count", _pruned(g.tensors, prune)[1]))
+            options.set_field(fields, Field.u32(f"{hyper.arch}.block_count", _pruned(g.tensors, prune)[1]))
         report = GGUFReport(scheme, src, dst, hyper.arch)
         if hyper.generic:
             report.notes.append(f"architecture {hyper.arch!r} is unknown to llama.cpp (llama-quantize refuses it): "
