@@ -339,6 +339,8 @@ def _add_convert_parser(sub) -> None:
     gguf.add_argument("--prune-layers", metavar="L0,L1,...", dest="prune_layers",
                       help="leave out these layers (blk.N.); the later ones are numbered on and the layer count "
                            "is updated")
+    gguf.add_argument("--keep-split", action="store_true",
+                      help="write one file per part of a split source: DST less .gguf, then -00001-of-0000N.gguf")
     convert.error = functools.partial(_one_line_error, convert)
 
 
@@ -380,7 +382,7 @@ def _run_gguf(args: argparse.Namespace) -> int:
                               leave_output_tensor=args.leave_output_tensor, include_weights=args.include_weights,
                               exclude_weights=args.exclude_weights, tensor_types=args.tensor_types,
                               override_kv=args.override_kv, prune_layers=args.prune_layers,
-                              overwrite=args.overwrite,
+                              keep_split=args.keep_split, overwrite=args.overwrite,
                               progress=False if args.quiet else None, workers=args.workers,
                               check=not args.quiet or args.report is not None)
     except ConvertError as e:
@@ -399,7 +401,8 @@ def _run_gguf(args: argparse.Namespace) -> int:
 _GGUF_OPTIONS = {"imatrix": "--imatrix", "pure": "--pure", "output_tensor_type": "--output-tensor-type",
                  "token_embedding_type": "--token-embedding-type", "leave_output_tensor": "--leave-output-tensor",
                  "include_weights": "--include-weights", "exclude_weights": "--exclude-weights",
-                 "tensor_types": "--tensor-type", "override_kv": "--override-kv", "prune_layers": "--prune-layers"}
+                 "tensor_types": "--tensor-type", "override_kv": "--override-kv", "prune_layers": "--prune-layers",
+                 "keep_split": "--keep-split"}
 
 
 def _run_convert(args: argparse.Namespace) -> int:

@@ -415,6 +415,39 @@ def test_split_source_reads_as_one(model, tmp_path):
         convert_gguf(str(tmp_path / "s-00002-of-00003.gguf"), str(tmp_path / "again.gguf"), "Q8_0", progress=False)
 
 
+def test_keep_split_writes_one_file_per_part(model, tmp_path, capsys):
+    from nbquant.cli import main
+
+    (tmp_path / "in").mkdir()
+    first = _split(model, 3, tmp_path / "in")
+    convert_gguf(model, str(tmp_path / "whole.gguf"), "Q8_0", progress=False)
+    report = convert_gguf(first, str(tmp_path / "k.gguf"), "Q8_0", keep_split=True, progress=False)
+    paths = [str(tmp_path / f"k-{i:05d}-of-00003.gguf") for i in (1, 2, 3)]
+    assert report.notes == [f"--keep-split: written as 3 part(s): {', '.join(paths)}"]
+    with read_gguf(str(tmp_path / "whole.gguf")) as whole:
+        for i, path in enumerate(paths):
+            with read_gguf(str(tmp_path / "in" / f"s-{i + 1:05d}-of-00003.gguf")) as part_in, read_gguf(path) as out:
+                split = [("split.no", i), ("split.count", 3), ("split.tensors.count", len(whole.tensors))]
+                assert [(k, out.value(k)) for k in out.fields] == (
+                    [(k, whole.value(k)) for k in whole.fields] if i == 0 else []) + split
+                assert [out.fields[k].vtype for k in list(out.fields)[-3:]] == [2, 2, 5]
+                assert list(out.tensors) == list(part_in.tensors)  # the source's order within each part
+                for name in out.tensors:
+                    assert bytes(out.tensor_bytes(name)) == bytes(whole.tensor_bytes(name))
+    with read_gguf(model) as src:  # one file: -00001-of-00001, the source's order, no split keys
+        convert_gguf(model, str(tmp_path / "one"), "Q8_0", keep_split=True, progress=False)
+        with read_gguf(str(tmp_path / "one-00001-of-00001.gguf")) as out:
+            assert list(out.tensors) == list(src.tensors) and "split.count" not in out.fields
+    with pytest.raises(ConvertError, match="k-00001-of-00003.gguf: the destination exists"):
+        convert_gguf(first, str(tmp_path / "k.gguf"), "Q8_0", keep_split=True, progress=False)
+    assert main(["convert", first, str(tmp_path / "c.gguf"), "--scheme", "Q8_0", "--quiet", "--keep-split"]) == 0
+    assert capsys.readouterr().err.startswith("nbquant convert: --keep-split: written as 3 part(s): ")
+    assert [(tmp_path / f"c-{i:05d}-of-00003.gguf").read_bytes() for i in (1, 2, 3)] == [
+        open(p, "rb").read() for p in paths]
+    assert main(["convert", str(tmp_path), str(tmp_path / "e"), "--scheme", "W4A16", "--keep-split"]) == 1
+    assert capsys.readouterr().err.startswith("nbquant convert: error: --keep-split applies to GGUF sources")
+
+
 def test_imatrix_keys_and_weight_filters(model, tmp_path):
     path = str(tmp_path / "im.dat")
     names = ["blk.0.attn_q.weight", "blk.1.attn_q.weight"]

@@ -364,7 +364,8 @@ def _fallback(ne0: int, t: str) -> tuple[str, str | None]:
     return new, f"rows of {ne0} do not fit {t}'s block of {block}: {new}"
 
 
-def choose_types(tensors, scheme: str, hyper: Hyper, opts: PolicyOptions | None = None) -> list[Choice]:
+def choose_types(tensors, scheme: str, hyper: Hyper, opts: PolicyOptions | None = None,
+                 keep_order: bool = False) -> list[Choice]:
     """The type of every tensor under ``scheme``, in llama-quantize's order.
 
     Parameters
@@ -377,11 +378,14 @@ def choose_types(tensors, scheme: str, hyper: Hyper, opts: PolicyOptions | None 
         The model's facts (:func:`hyper_from`).
     opts : PolicyOptions, optional
         llama-quantize's options.
+    keep_order : bool
+        Visit (and return) the tensors in the order given (llama-quantize's ``--keep-split``: by part,
+        then offset) rather than in :func:`tensor_order`.
 
     Returns
     -------
     list of Choice
-        In :func:`tensor_order`.
+        In :func:`tensor_order`, or as given with ``keep_order``.
 
     Examples
     --------
@@ -395,7 +399,7 @@ def choose_types(tensors, scheme: str, hyper: Hyper, opts: PolicyOptions | None 
         raise ValueError(f"scheme {scheme!r} is not a GGUF scheme nbquant knows; known: {', '.join(SCHEMES)}")
     default = SCHEMES[scheme][1]
     rows = {name: (tuple(ne), tid) for name, ne, tid in tensors}
-    order = tensor_order(rows)
+    order = list(rows) if keep_order else tensor_order(rows)
     cats = {name: _category(name) for name in order}
     rules = _Rules(scheme, hyper, opts, sum(c == "attn_v" for c in cats.values()), "output.weight" not in rows)
     out = []

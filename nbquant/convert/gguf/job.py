@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import math
 import os
+import struct
 import time
 
 import numpy as np
 
 from nbquant import gguf
-from nbquant.gguf.file import UINT32, Field, GGUFError, TensorInfo, encode_metadata, type_name
+from nbquant.gguf.file import INT32, UINT16, UINT32, Field, GGUFError, TensorInfo, encode_metadata, type_name
 from nbquant.gguf.imatrix import read_imatrix
 from nbquant.gguf.policy import SCHEMES, PolicyOptions, choose_types, hyper_from
 from nbquant.gguf.policy import prune_layers as _pruned
@@ -182,8 +183,8 @@ def _imatrix_fields(path: str, matrix) -> list[Field]:
     return fields
 
 
-def _plan(g, scheme: str, opts: PolicyOptions, matrix, overrides: list[Field], prune: list[int]):
-    """The choices, output tensor infos and imatrix slices, with every refusal before anything is written."""
+def _plan(g, scheme: str, opts: PolicyOptions, matrix, overrides: list[Field], prune: list[int], keep_split: bool):
+    """The choices (by output part), output names, imatrix slices, with every refusal before anything is written."""
     ints = {f.key: f.value for f in overrides if f.vtype == UINT32}  # llama's loader reads int overrides
 
     def value(key: str, default=None):
@@ -191,13 +192,16 @@ def _plan(g, scheme: str, opts: PolicyOptions, matrix, overrides: list[Field], p
 
     hyper = hyper_from(value, list(g.tensors))
     names, _ = _pruned(g.tensors, prune)
+    if keep_split:  # llama-quantize's --keep-split visits the tensors by part, then offset
+        names = dict(sorted(names.items(), key=lambda kv: (g.part_index(kv[1]), g.tensors[kv[1]].offset)))
     try:
         choices = choose_types(((new, g.tensors[old].ne, g.tensors[old].type_id) for new, old in names.items()),
-                               scheme, hyper, opts)
+                               scheme, hyper, opts, keep_order=keep_split)
     except ValueError as e:
         raise ConvertError(f"{g.path}: {e}") from None
-    infos, weights, offset = [], {}, 0
+    weights, parts = {}, {}
     for c in choices:
+        parts.setdefault(g.part_index(names[c.name]) if keep_split else 0, []).append(c)
         info = g.tensors[names[c.name]]
         source, target = type_name(c.source), type_name(c.target)
         if c.source != c.target:
@@ -215,10 +219,44 @@ def _plan(g, scheme: str, opts: PolicyOptions, matrix, overrides: list[Field], p
             if entry is not None and (entry < 0).any():
                 raise ConvertError(f"{c.name}: the importance matrix holds negative weights")
             weights[c.name] = entry
-        out = TensorInfo(c.name, info.ne, c.target, offset)
+    missing = [i for i in range(max(parts, default=0) + 1) if i not in parts]
+    if missing:
+        raise ConvertError(f"--keep-split: part {missing[0] + 1} of the source has no tensor left to write")
+    return hyper, [parts[i] for i in sorted(parts)], weights, names
+
+
+def _write_tensor(writer: _Writer, g, c, old: str, imatrix) -> GGUFTensor:
+    """Write tensor ``old`` of the source as ``c`` chose; its report row."""
+    source = g.tensors[old]
+    sqnr, written = writer.tensor(g, source, type_name(c.target), imatrix)
+    reason = c.reason if c.source != c.target else f"copied ({c.reason})"
+    reason += f"; was {old}" if old != c.name else ""
+    return GGUFTensor(c.name, source.shape, type_name(c.source), type_name(c.target), reason, sqnr, source.nbytes,
+                      written)
+
+
+def _part_paths(dst: str, n: int, keep_split: bool) -> list[str]:
+    """The output file names: ``dst``, or with ``--keep-split`` ``STEM-00001-of-0000N.gguf`` (``dst`` less .gguf)."""
+    if not keep_split:
+        return [dst]
+    stem = dst[:-5] if dst.endswith(".gguf") else dst
+    return [f"{stem}-{i + 1:05d}-of-{n:05d}.gguf" for i in range(n)]
+
+
+def _split_fields(i: int, n: int, count: int) -> list[Field]:
+    """The ``split.*`` keys of output part ``i`` of ``n`` (``count`` tensors in all)."""
+    return [Field("split.no", UINT16, struct.pack("<H", i)), Field("split.count", UINT16, struct.pack("<H", n)),
+            Field("split.tensors.count", INT32, struct.pack("<i", count))]
+
+
+def _head(fields: list[Field], part: list, g, names: dict[str, str]) -> bytes:
+    """An output part's header: ``fields`` and the infos of its tensors, each at the next aligned offset."""
+    infos, offset = [], 0
+    for c in part:
+        out = TensorInfo(c.name, g.tensors[names[c.name]].ne, c.target, offset)
         infos.append(out)
         offset += out.nbytes + (-out.nbytes % g.alignment)
-    return hyper, choices, infos, weights, names
+    return encode_metadata(fields, infos, g.alignment)
 
 
 def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *, imatrix: str | None = None,
@@ -226,7 +264,7 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
                  leave_output_tensor: bool = False, include_weights: list[str] | None = None,
                  exclude_weights: list[str] | None = None, tensor_types: list[str] | None = None,
                  override_kv: list[str] | None = None, prune_layers: str | list[int] | None = None,
-                 overwrite: bool = False,
+                 keep_split: bool = False, overwrite: bool = False,
                  progress: bool | None = None, check: bool = True, workers: int | None = None) -> GGUFReport:
     """Quantize the GGUF file ``src`` into ``dst`` as ``llama-quantize src dst SCHEME`` does, byte for byte.
 
@@ -258,6 +296,11 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
         llama-quantize's ``--prune-layers L0,L1,...``: the layers ``blk.N.`` to leave out; the layers after the
         first one left out are numbered on (:func:`nbquant.gguf.policy.prune_layers`), ``{arch}.block_count`` is
         set to the new count (the last key), and the type choice counts the source's layers, as llama-quantize's.
+    keep_split : bool
+        llama-quantize's ``--keep-split``: write one file per part of the source, ``STEM-00001-of-0000N.gguf``
+        (``STEM``: ``dst`` less ``.gguf``; ``-00001-of-00001`` for a source in one file), the tensors of each
+        part in the source's order (which the type choice follows), the metadata in the first part, the
+        ``split.*`` keys in every part when there are several.
     overwrite : bool
         Replace an existing ``dst``.
     progress : bool, optional
@@ -299,11 +342,13 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
     except GGUFError as e:
         raise ConvertError(str(e)) from None
     with g:
-        _check_destination(src, dst, overwrite)
         opts = PolicyOptions(pure, None if output_tensor_type is None else str(output_tensor_type).upper(),
                              None if token_embedding_type is None else str(token_embedding_type).upper(),
                              not leave_output_tensor, matrix is not None, manual)
-        hyper, choices, infos, weights, names = _plan(g, scheme, opts, matrix, overrides, prune)
+        hyper, parts, weights, names = _plan(g, scheme, opts, matrix, overrides, prune, keep_split)
+        paths = _part_paths(dst, len(parts), keep_split)
+        for path in paths:
+            _check_destination(src, path, overwrite)
         fields = list(g.fields.values())
         for field in [Field.u32("general.quantization_version", _QNT_VERSION),
                       Field.u32("general.file_type", SCHEMES[scheme][0])]:
@@ -317,28 +362,31 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
         if hyper.generic:
             report.notes.append(f"architecture {hyper.arch!r} is unknown to llama.cpp (llama-quantize refuses it): "
                                 "nbquant's generic policy applied (see docs/convert.md)")
-        head = encode_metadata(fields, infos, g.alignment)
-        tmp = os.path.join(os.path.dirname(os.path.abspath(dst)), "." + os.path.basename(dst) + ".partial")
-        bar = Progress(len(infos), sum(t.nbytes for t in g.tensors.values()), enabled=progress)
+        if keep_split:
+            report.notes.append(f"--keep-split: written as {len(paths)} part(s): {', '.join(paths)}")
+        count = sum(map(len, parts))
+        heads = [_head((fields if i == 0 else []) + (_split_fields(i, len(parts), count) if len(parts) > 1 else []),
+                       part, g, names) for i, part in enumerate(parts)]
+        tmps = [os.path.join(os.path.dirname(os.path.abspath(p)), "." + os.path.basename(p) + ".partial")
+                for p in paths]
+        bar = Progress(count, sum(g.tensors[old].nbytes for old in names.values()), enabled=progress)
         try:
-            with _open_partial(tmp) as f, thread_limit(workers):
-                f.write(head)
-                writer = _Writer(f, g.alignment, check)
-                for c in choices:
-                    source = g.tensors[names[c.name]]
-                    sqnr, written = writer.tensor(g, source, type_name(c.target), weights.get(c.name))
-                    reason = c.reason if c.source != c.target else f"copied ({c.reason})"
-                    if names[c.name] != c.name:
-                        reason += f"; was {names[c.name]}"
-                    report.tensors.append(GGUFTensor(c.name, source.shape, type_name(c.source), type_name(c.target),
-                                                     reason, sqnr, source.nbytes, written))
-                    bar.update(source.nbytes)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, dst)
+            with thread_limit(workers):
+                for tmp, head, part in zip(tmps, heads, parts, strict=True):
+                    with _open_partial(tmp) as f:
+                        f.write(head)
+                        writer = _Writer(f, g.alignment, check)
+                        for c in part:
+                            report.tensors.append(_write_tensor(writer, g, c, names[c.name], weights.get(c.name)))
+                            bar.update(g.tensors[names[c.name]].nbytes)
+                        f.flush()
+                        os.fsync(f.fileno())
+            for tmp, path in zip(tmps, paths, strict=True):
+                os.replace(tmp, path)
         except BaseException as e:
-            if os.path.lexists(tmp):
-                os.remove(tmp)
+            for tmp in tmps:
+                if os.path.lexists(tmp):
+                    os.remove(tmp)
             if isinstance(e, OSError):
                 raise ConvertError(f"{dst}: cannot write: {e.strerror or e}") from None
             raise
