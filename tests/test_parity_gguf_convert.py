@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import struct
 import subprocess
 from pathlib import Path
 
@@ -256,6 +257,57 @@ def test_prune_layers_equals_llama_quantize(llama_quantize, models, tmp_path, ca
     assert done.returncode == 0, done.stderr[-2000:]
     convert_gguf(src, ours, scheme, prune_layers=layers, imatrix=matrix, progress=False)
     assert theirs.read_bytes() == ours.read_bytes()
+
+
+def _split_model(src: Path, parts: int, folder: Path) -> Path:
+    """``src`` as ``parts`` files with llama.cpp's split keys, tensors dealt round (blk.0's attn_v in the first part,
+    blk.1's in the second...: --keep-split's order differs from the layer order); the first part's path."""
+    from nbquant.gguf.file import Field, TensorInfo, encode_metadata
+
+    with read_gguf(src) as g:
+        names = list(g.tensors)
+        for i in range(parts):
+            fields = (list(g.fields.values()) if i == 0 else []) + [
+                Field("split.no", 2, struct.pack("<H", i)), Field("split.count", 2, struct.pack("<H", parts)),
+                Field("split.tensors.count", 5, struct.pack("<i", len(names)))]
+            infos, offset, data = [], 0, []
+            for name in names[i::parts]:
+                t = g.tensors[name]
+                infos.append(TensorInfo(name, t.ne, t.type_id, offset))
+                raw = bytes(g.tensor_bytes(name))
+                data.append(raw + bytes(-len(raw) % 32))
+                offset += len(data[-1])
+            (folder / f"m-{i + 1:05d}-of-{parts:05d}.gguf").write_bytes(encode_metadata(fields, infos, 32)
+                                                                          + b"".join(data))
+    return folder / f"m-00001-of-{parts:05d}.gguf"
+
+
+#: ``--keep-split`` cases: (parts of the source, scheme, other options as convert_gguf's keywords).
+KEEP_SPLIT = {"3-parts": (3, "Q4_K_M", {}), "1-part": (1, "Q5_K_M", {}),
+              "3-parts-pruned-imatrix": (3, "Q4_K_M", {"prune_layers": "1,6", "imatrix": True}),
+              "2-parts": (2, "Q8_0", {"override_kv": ["general.name=str:k"]})}
+
+
+@pytest.mark.parametrize("case", list(KEEP_SPLIT))
+def test_keep_split_equals_llama_quantize(llama_quantize, models, tmp_path, case):
+    parts, scheme, kwargs = KEEP_SPLIT[case]
+    kwargs = dict(kwargs)
+    if kwargs.get("imatrix"):
+        kwargs["imatrix"] = str(models["llama8"].with_name("llama8.imatrix.gguf"))
+    (tmp_path / "in").mkdir()
+    src = _split_model(models["llama8"], parts, tmp_path / "in") if parts > 1 else models["llama8"]
+    options = ["--keep-split"]
+    for key, value in kwargs.items():
+        for v in value if isinstance(value, list) else [value]:
+            options += ["--" + key.replace("_", "-"), v]
+    done = subprocess.run([str(llama_quantize), *options, str(src), str(tmp_path / "theirs.gguf"), scheme, "2"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    convert_gguf(src, tmp_path / "ours.gguf", scheme, keep_split=True, progress=False, **kwargs)
+    theirs = sorted(p.name for p in tmp_path.glob("theirs-*.gguf"))
+    assert theirs == [f"theirs-{i:05d}-of-{parts:05d}.gguf" for i in range(1, parts + 1)]
+    for name in theirs:
+        assert (tmp_path / name).read_bytes() == (tmp_path / name.replace("theirs", "ours")).read_bytes(), name
 
 
 def _write_legacy_imatrix(path: Path, weights: list[tuple[str, int, int]]) -> None:
