@@ -127,6 +127,7 @@ def set_field(fields: list[Field], field: Field) -> None:
 
 
 def check_options(scheme: str, output_tensor_type, token_embedding_type) -> str:
+    """The scheme's canonical name (llama-quantize's aliases resolved), the two type options checked."""
     scheme = ALIASES.get(str(scheme).upper(), str(scheme).upper())
     if scheme not in SCHEMES:
         raise ConvertError(f"scheme {scheme!r} is not a GGUF scheme; choose one of {', '.join(SCHEMES)}")
