@@ -410,8 +410,8 @@ def _run_convert(args: argparse.Namespace) -> int:
         return _run_gguf(args)
     given = [flag for dest, flag in _GGUF_OPTIONS.items() if getattr(args, dest) not in (None, False)]
     if given:
-        print(f"nbquant convert: error: {given[0]} applies to GGUF sources (SRC ending in .gguf); {args.src!r} is a "
-              "safetensors checkpoint folder", file=sys.stderr)
+        print(f"nbquant convert: error: {given[0]} applies to GGUF sources (SRC ending in .gguf), not to "
+              f"{args.src!r}", file=sys.stderr)
         return 1
     from nbquant.convert import ConvertError, convert
     from nbquant.convert.arguments import ArgumentError
