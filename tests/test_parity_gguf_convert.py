@@ -308,6 +308,16 @@ def test_keep_split_equals_llama_quantize(llama_quantize, models, tmp_path, case
     assert theirs == [f"theirs-{i:05d}-of-{parts:05d}.gguf" for i in range(1, parts + 1)]
     for name in theirs:
         assert (tmp_path / name).read_bytes() == (tmp_path / name.replace("theirs", "ours")).read_bytes(), name
+    if case == "3-parts":  # the type choice followed the parts' order: attn_v's more-bits layers moved
+        with read_gguf(models["llama8"]) as g:
+            layer_order = {c.name: c.type_name for c in choose_types(
+                ((t.name, t.ne, t.type_id) for t in g.tensors.values()), scheme, hyper_from(g.value, list(g.tensors)))}
+        written = {}
+        for name in theirs:
+            with read_gguf(tmp_path / name) as g:
+                written.update({n: type_name(t.type_id) for n, t in g.tensors.items()})
+        attn_v = [f"blk.{i}.attn_v.weight" for i in range(8)]
+        assert [written[n] for n in attn_v] != [layer_order[n] for n in attn_v]
 
 
 def _write_legacy_imatrix(path: Path, weights: list[tuple[str, int, int]]) -> None:
