@@ -216,7 +216,8 @@ def _build_parser(backend_names: bool = True) -> argparse.ArgumentParser:
                       help=f"timed quantize calls after the first, per scheme and backend (default: {DEFAULT_REPEATS})")
     demo.add_argument("--seed", type=int, default=0, help="seed of the input matrix (default: 0)")
     demo.add_argument("--no-convert", dest="convert", action="store_false",
-                      help="skip the last part: nbquant convert on a small synthetic Llama-shaped checkpoint")
+                      help="skip the last part: nbquant convert on a small synthetic Llama-shaped checkpoint and on "
+                           "a small synthetic GGUF model")
     _add_convert_parser(sub)
     inspect = sub.add_parser("inspect", help="what a safetensors checkpoint holds: scheme, shape, bytes a weight",
                              description="Print a checkpoint folder's quantization_config, a table of its weights "
@@ -329,6 +330,17 @@ def _add_convert_parser(sub) -> None:
                       help="use the importance matrix only for tensors whose names contain NAME (repeatable)")
     gguf.add_argument("--exclude-weights", action="append", metavar="NAME",
                       help="do not use the importance matrix for tensors whose names contain NAME (repeatable)")
+    gguf.add_argument("--tensor-type", action="append", metavar="PATTERN=TYPE", dest="tensor_types",
+                      help="TYPE for the tensors whose names match the regular expression PATTERN, instead of the "
+                           "scheme's mix (repeatable; the first match wins; e.g. attn_q=Q8_0)")
+    gguf.add_argument("--override-kv", action="append", metavar="KEY=TYPE:VALUE", dest="override_kv",
+                      help="set metadata KEY in the output; TYPE int (written as u32), float, bool or str "
+                           "(repeatable; e.g. general.name=str:mine)")
+    gguf.add_argument("--prune-layers", metavar="L0,L1,...", dest="prune_layers",
+                      help="leave out these layers (blk.N.); the later ones are numbered on and the layer count "
+                           "is updated")
+    gguf.add_argument("--keep-split", action="store_true",
+                      help="write one file per part of a split source: DST less .gguf, then -00001-of-0000N.gguf")
     convert.error = functools.partial(_one_line_error, convert)
 
 
@@ -368,7 +380,9 @@ def _run_gguf(args: argparse.Namespace) -> int:
                               output_tensor_type=args.output_tensor_type,
                               token_embedding_type=args.token_embedding_type,
                               leave_output_tensor=args.leave_output_tensor, include_weights=args.include_weights,
-                              exclude_weights=args.exclude_weights, overwrite=args.overwrite,
+                              exclude_weights=args.exclude_weights, tensor_types=args.tensor_types,
+                              override_kv=args.override_kv, prune_layers=args.prune_layers,
+                              keep_split=args.keep_split, overwrite=args.overwrite,
                               progress=False if args.quiet else None, workers=args.workers,
                               check=not args.quiet or args.report is not None)
     except ConvertError as e:
@@ -383,9 +397,22 @@ def _run_gguf(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The options of GGUF sources (argparse's dest: the flag).
+_GGUF_OPTIONS = {"imatrix": "--imatrix", "pure": "--pure", "output_tensor_type": "--output-tensor-type",
+                 "token_embedding_type": "--token-embedding-type", "leave_output_tensor": "--leave-output-tensor",
+                 "include_weights": "--include-weights", "exclude_weights": "--exclude-weights",
+                 "tensor_types": "--tensor-type", "override_kv": "--override-kv", "prune_layers": "--prune-layers",
+                 "keep_split": "--keep-split"}
+
+
 def _run_convert(args: argparse.Namespace) -> int:
     if args.src.lower().endswith(".gguf"):
         return _run_gguf(args)
+    given = [flag for dest, flag in _GGUF_OPTIONS.items() if getattr(args, dest) not in (None, False)]
+    if given:
+        print(f"nbquant convert: error: {given[0]} applies to GGUF sources (SRC ending in .gguf), not to "
+              f"{args.src!r}", file=sys.stderr)
+        return 1
     from nbquant.convert import ConvertError, convert
     from nbquant.convert.arguments import ArgumentError
     from nbquant.convert.report import format_table
@@ -455,10 +482,12 @@ DEMO_CHECKPOINT = {"hidden": 256, "intermediate": 512, "layers": 2, "vocab": 512
 
 
 def _demo_convert() -> None:
-    """``nbquant convert`` on a synthetic Llama-shaped checkpoint in a temporary directory: bar, then the table."""
+    """``nbquant convert`` on a synthetic Llama-shaped checkpoint, then on a synthetic GGUF, in a temporary folder."""
     import tempfile
 
+    from nbquant import demo
     from nbquant.convert import convert, write_synthetic_checkpoint
+    from nbquant.convert.gguf import gguf_summary
     from nbquant.convert.report import format_table
 
     with tempfile.TemporaryDirectory(prefix="nbquant-demo-") as tmp:
@@ -472,6 +501,12 @@ def _demo_convert() -> None:
               "the ignore list recorded, byte for byte; SQNR and max abs err of every k-th row)", flush=True)
         report = convert(src, dst, "W4A16")
         print(format_table(report))
+        gguf = demo.gguf_step(tmp)
+        model = demo.GGUF_MODEL
+        print(f"\ngguf: nbquant convert model-BF16.gguf model-{gguf.scheme}.gguf --scheme {gguf.scheme}  (a synthetic "
+              f"Llama-shaped BF16 GGUF, {model['layers']} layers, hidden {model['hidden']}: the file llama.cpp's "
+              f"llama-quantize writes, byte for byte; types chosen, SQNR of every k-th row)", flush=True)
+        print("\n".join(gguf_summary(gguf)) + f" in {gguf.seconds:.2f} s")
 
 
 def _inspect(args: argparse.Namespace) -> int:

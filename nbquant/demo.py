@@ -38,10 +38,13 @@ __all__ = [
     "DEFAULT_REPEATS",
     "DEFAULT_SIZE",
     "DemoRow",
+    "GGUF_MODEL",
+    "GGUF_SCHEME",
     "Scheme",
     "check_step",
     "compile_note",
     "default_backends",
+    "gguf_step",
     "make_weights",
     "schemes",
     "scheme_params",
@@ -58,6 +61,11 @@ DEFAULT_REPEATS = 3
 T_DOF = 4
 #: At most this many values (whole rows, at least one) are checked against the reference backend.
 CHECK_ELEMENTS = 2**20
+#: The demo's GGUF model (:func:`nbquant.convert.gguf.write_synthetic_gguf`): Llama-shaped, BF16, 2 layers, 2.3 MiB.
+GGUF_MODEL = {"hidden": 256, "intermediate": 512, "layers": 2, "vocab": 512}
+#: The scheme of the demo's GGUF step: Q8_0, whose two kernels (quantize, and dequantize for the SQNR) compile
+#: in a few seconds cold; Q4_K_M's Q4_K and Q6_K kernels take about a minute cold (docs/convert.md).
+GGUF_SCHEME = "Q8_0"
 #: NVFP4's default global scale is ``amax / (6 * 448)``: e2m1's largest value times E4M3's.
 _NVFP4_GLOBAL_DIVISOR = 6 * 448
 
@@ -494,3 +502,35 @@ def unavailable_backends(names: Sequence[str] | None = None) -> list[tuple[str, 
     []
     """
     return [(b.name, b.reason) for b in nbquant.backends() if not b.available and (names is None or b.name in names)]
+
+
+def gguf_step(folder: str, scheme: str = GGUF_SCHEME):
+    """Write the demo's GGUF model (:data:`GGUF_MODEL`) into ``folder`` and convert it with ``scheme``.
+
+    Parameters
+    ----------
+    folder : str
+        An existing folder; ``model-BF16.gguf`` and ``model-{scheme}.gguf`` are written there.
+    scheme : str
+        A llama-quantize scheme (:data:`nbquant.gguf.policy.SCHEMES`).
+
+    Returns
+    -------
+    nbquant.convert.gguf.GGUFReport
+        The conversion's report (each tensor's type, why, SQNR, bytes).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     report = gguf_step(d)
+    >>> sorted({t.target for t in report.tensors})
+    ['F32', 'Q8_0']
+    """
+    import os
+
+    from nbquant.convert.gguf import convert_gguf, write_synthetic_gguf
+
+    src = write_synthetic_gguf(os.path.join(folder, "model-BF16.gguf"), **GGUF_MODEL)
+    return convert_gguf(src, os.path.join(folder, f"model-{scheme}.gguf"), scheme, progress=False)
+

@@ -521,7 +521,7 @@ def test_demo_ends_with_a_conversion(capsys):
     from nbquant import cli
 
     assert cli.main(["demo", "--size", "16x96", "--backend", "cpu", "--repeats", "1"]) == 0
-    out = capsys.readouterr().out.split("\nconvert: nbquant convert ", 1)[1].splitlines()
+    out = capsys.readouterr().out.split("\nconvert: nbquant convert ", 1)[1].split("\ngguf: ", 1)[0].splitlines()
     assert out[0].split("  (")[0].endswith("--scheme W4A16") and "float32 checkpoint" in out[0]
     assert out[1].split()[:3] == ["tensor", "scheme", "shape"]
     assert out[-1].startswith("14 quantized, 7 kept")  # the embedding and lm_head kept by default

@@ -7,6 +7,7 @@ Exact values throughout; the byte-for-byte comparison with llama-quantize is the
 from __future__ import annotations
 
 import os
+import re
 import struct
 
 import numpy as np
@@ -14,10 +15,21 @@ import pytest
 
 from nbquant import gguf
 from nbquant.convert import ConvertError
-from nbquant.convert.gguf import convert_gguf, format_gguf_table, write_synthetic_gguf
-from nbquant.gguf.file import FLOAT32, STRING, UINT32, Field, GGUFError, TensorInfo, encode_metadata, read_gguf, type_id
+from nbquant.convert.gguf import convert_gguf, format_gguf_table, gguf_summary, write_synthetic_gguf
+from nbquant.gguf.file import (
+    FLOAT32,
+    STRING,
+    UINT32,
+    Field,
+    GGUFError,
+    TensorInfo,
+    encode_metadata,
+    read_gguf,
+    type_id,
+    type_name,
+)
 from nbquant.gguf.imatrix import read_imatrix
-from nbquant.gguf.policy import Hyper, PolicyOptions, choose_types, hyper_from, tensor_order
+from nbquant.gguf.policy import Hyper, PolicyOptions, choose_types, hyper_from, prune_layers, tensor_order
 
 BF16, F32 = type_id("BF16"), type_id("F32")
 
@@ -257,6 +269,28 @@ def test_options():
     assert _types(_llama(), "Q4_K_M", h, quantize_output=False)["output.weight"] == "BF16"
 
 
+def test_tensor_type_overrides_skip_the_mix_and_its_counters():
+    h = Hyper("llama", 8, 4, 0)
+    plain = _types(_llama(), "Q4_K_M", h)
+    assert _per_layer(plain, "attn_v.weight") == ["Q6_K", "Q4_K", "Q4_K", "Q6_K", "Q4_K", "Q4_K", "Q6_K", "Q6_K"]
+    rules = ((re.compile(r"blk\.0\.attn_v"), "Q8_0"), (re.compile("attn_q"), "Q5_0"), (re.compile("attn_o"), "Q6_K"))
+    t = _types(_llama(), "Q4_K_M", h, tensor_types=rules)
+    # blk.0's attn_v is not counted: the more-bits layers of attn_v move one layer on (counter 0 is blk.1)
+    assert _per_layer(t, "attn_v.weight") == ["Q8_0", "Q6_K", "Q4_K", "Q4_K", "Q6_K", "Q4_K", "Q4_K", "Q6_K"]
+    assert _per_layer(t, "attn_q.weight") == ["Q5_0"] * 8
+    assert _per_layer(t, "attn_output.weight") == ["Q6_K"] * 8
+    assert _per_layer(t, "ffn_down.weight") == _per_layer(plain, "ffn_down.weight")
+    reasons = {c.name: c.reason for c in choose_types(_llama(), "Q4_K_M", h, PolicyOptions(tensor_types=rules))}
+    assert reasons["blk.3.attn_q.weight"] == "--tensor-type attn_q=Q5_0"
+    # output and token_embd: --output-tensor-type / --token-embedding-type come first; the fallback still applies
+    rules = ((re.compile("output|token_embd"), "Q4_K"),)
+    assert [_types(_llama(hidden=288), "Q8_0", h, tensor_types=rules)[n] for n in ("output.weight", "token_embd.weight",
+                                                                                     "blk.0.attn_output.weight")] == [
+        "Q5_0", "Q5_0", "Q5_0"]
+    t = _types(_llama(), "Q8_0", h, tensor_types=rules, output_tensor_type="Q8_0", token_embedding_type="Q4_0")
+    assert (t["output.weight"], t["token_embd.weight"], t["blk.0.attn_output.weight"]) == ("Q8_0", "Q4_0", "Q4_K")
+
+
 def test_generic_policy_for_unknown_architectures():
     rows = [("double_blocks.0.img_norm1.weight", (128, 2, 1, 1), BF16),
             ("double_blocks.0.img_attn.qkv.weight", (256, 768, 1, 1), BF16),
@@ -381,6 +415,39 @@ def test_split_source_reads_as_one(model, tmp_path):
         convert_gguf(str(tmp_path / "s-00002-of-00003.gguf"), str(tmp_path / "again.gguf"), "Q8_0", progress=False)
 
 
+def test_keep_split_writes_one_file_per_part(model, tmp_path, capsys):
+    from nbquant.cli import main
+
+    (tmp_path / "in").mkdir()
+    first = _split(model, 3, tmp_path / "in")
+    convert_gguf(model, str(tmp_path / "whole.gguf"), "Q8_0", progress=False)
+    report = convert_gguf(first, str(tmp_path / "k.gguf"), "Q8_0", keep_split=True, progress=False)
+    paths = [str(tmp_path / f"k-{i:05d}-of-00003.gguf") for i in (1, 2, 3)]
+    assert report.notes == [f"--keep-split: written as 3 part(s): {', '.join(paths)}"]
+    with read_gguf(str(tmp_path / "whole.gguf")) as whole:
+        for i, path in enumerate(paths):
+            with read_gguf(str(tmp_path / "in" / f"s-{i + 1:05d}-of-00003.gguf")) as part_in, read_gguf(path) as out:
+                split = [("split.no", i), ("split.count", 3), ("split.tensors.count", len(whole.tensors))]
+                assert [(k, out.value(k)) for k in out.fields] == (
+                    [(k, whole.value(k)) for k in whole.fields] if i == 0 else []) + split
+                assert [out.fields[k].vtype for k in list(out.fields)[-3:]] == [2, 2, 5]
+                assert list(out.tensors) == list(part_in.tensors)  # the source's order within each part
+                for name in out.tensors:
+                    assert bytes(out.tensor_bytes(name)) == bytes(whole.tensor_bytes(name))
+    with read_gguf(model) as src:  # one file: -00001-of-00001, the source's order, no split keys
+        convert_gguf(model, str(tmp_path / "one"), "Q8_0", keep_split=True, progress=False)
+        with read_gguf(str(tmp_path / "one-00001-of-00001.gguf")) as out:
+            assert list(out.tensors) == list(src.tensors) and "split.count" not in out.fields
+    with pytest.raises(ConvertError, match="k-00001-of-00003.gguf: the destination exists"):
+        convert_gguf(first, str(tmp_path / "k.gguf"), "Q8_0", keep_split=True, progress=False)
+    assert main(["convert", first, str(tmp_path / "c.gguf"), "--scheme", "Q8_0", "--quiet", "--keep-split"]) == 0
+    assert capsys.readouterr().err.startswith("nbquant convert: --keep-split: written as 3 part(s): ")
+    assert [(tmp_path / f"c-{i:05d}-of-00003.gguf").read_bytes() for i in (1, 2, 3)] == [
+        open(p, "rb").read() for p in paths]
+    assert main(["convert", str(tmp_path), str(tmp_path / "e"), "--scheme", "W4A16", "--keep-split"]) == 1
+    assert capsys.readouterr().err.startswith("nbquant convert: error: --keep-split applies to GGUF sources")
+
+
 def test_imatrix_keys_and_weight_filters(model, tmp_path):
     path = str(tmp_path / "im.dat")
     names = ["blk.0.attn_q.weight", "blk.1.attn_q.weight"]
@@ -421,6 +488,123 @@ def test_cli_and_inspect(model, tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err
 
 
+def test_tensor_type_option(model, tmp_path, capsys):
+    from nbquant.cli import main
+
+    dst = str(tmp_path / "q.gguf")
+    report = convert_gguf(model, dst, "Q8_0", tensor_types=["ATTN_[QK]=q4_0", "ffn_(g|u|d)=F16", "ffn_down=Q4_1"],
+                          progress=False)
+    targets = {t.name: t.target for t in report.tensors}
+    assert {n: t for n, t in targets.items() if "attn_q" in n or "attn_k" in n or "ffn_" in n} == {
+        f"blk.{i}.{w}.weight": t for i in range(2) for w, t in (
+            ("attn_q", "Q4_0"), ("attn_k", "Q4_0"), ("ffn_gate", "F16"), ("ffn_up", "F16"), ("ffn_down", "F16"),
+            ("ffn_norm", "F32"))}
+    assert targets["blk.0.attn_v.weight"] == "Q8_0" and targets["output.weight"] == "Q8_0"
+    for value, match in (("attn_q", "expected PATTERN=TYPE"), ("=Q8_0", "expected PATTERN=TYPE"),
+                         ("attn_q=", "expected PATTERN=TYPE"), ("attn_q=Q9_K", "the type 'Q9_K' is not one"),
+                         ("attn_(q=Q8_0", "the pattern is not a regular expression")):
+        with pytest.raises(ConvertError, match=re.escape(f"--tensor-type {value!r}: ") + ".*" + match):
+            convert_gguf(model, str(tmp_path / "r.gguf"), "Q8_0", tensor_types=[value], progress=False)
+    with pytest.raises(ConvertError, match="give a list of PATTERN=TYPE strings"):
+        convert_gguf(model, str(tmp_path / "r.gguf"), "Q8_0", tensor_types="attn_q=Q8_0", progress=False)
+    assert main(["convert", model, str(tmp_path / "c.gguf"), "--scheme", "Q8_0", "--quiet", "--tensor-type",
+                 "ATTN_[QK]=q4_0", "--tensor-type", "ffn_(g|u|d)=F16", "--tensor-type", "ffn_down=Q4_1"]) == 0
+    assert (tmp_path / "c.gguf").read_bytes() == open(dst, "rb").read()
+    assert main(["convert", model, str(tmp_path / "d.gguf"), "--scheme", "Q8_0", "--tensor-type",
+                 "attn_q=IQ2_XXS"]) == 1
+    assert capsys.readouterr().err == (
+        "nbquant convert: error: --tensor-type 'attn_q=IQ2_XXS': the type 'IQ2_XXS' is not one nbquant writes ("
+        + ", ".join(gguf.implemented_formats()) + ", F32, F16, BF16)\n")
+    assert main(["convert", str(tmp_path), str(tmp_path / "e"), "--scheme", "W4A16", "--tensor-type", "a=Q8_0"]) == 1
+    assert capsys.readouterr().err.startswith("nbquant convert: error: --tensor-type applies to GGUF sources")
+    assert sorted(os.listdir(tmp_path)) == ["c.gguf", "q.gguf"]
+
+
+def test_override_kv(model, tmp_path, capsys):
+    from nbquant.cli import main
+
+    dst = str(tmp_path / "q.gguf")
+    kv = ["general.name=str:renamed", "llama.context_length=int:-4096", "x.f=float:1e-3", "x.inf=float:-1e99",
+          "x.b=bool:true", "general.name=str:again", "general.file_type=int:99", "llama.attention.head_count_kv=int:1"]
+    convert_gguf(model, dst, "Q8_0", override_kv=kv, progress=False)
+    with read_gguf(model) as src, read_gguf(dst) as out:
+        moved = ["llama.context_length", "x.f", "x.inf", "x.b", "general.name", "general.file_type",
+                 "llama.attention.head_count_kv"]
+        assert list(out.fields) == [k for k in src.fields if k not in moved] + ["general.quantization_version"] + moved
+        assert [out.value(k) for k in moved] == [4096, np.float32(1e-3), -np.inf, True, "again", 99, 1]
+        assert [out.fields[k].vtype for k in moved] == [UINT32, FLOAT32, FLOAT32, 7, STRING, UINT32, UINT32]
+    # an int override of a hyperparameter counts in the type choice: IQ4_NL gives attn_v Q5_K with GQA 4 (the
+    # file's 16 / 4 heads), IQ4_NL with 16 / 16
+    with read_gguf(model) as g:
+        rows = [(t.name, t.ne, t.type_id) for t in g.tensors.values()]
+    assert {c.type_name for c in choose_types(rows, "IQ4_NL", Hyper("llama", 2, 4, 0)) if "attn_v" in c.name} == {
+        "Q5_K"}
+    report = convert_gguf(model, str(tmp_path / "n.gguf"), "IQ4_NL",
+                          override_kv=["llama.attention.head_count_kv=int:16"],
+                          tensor_types=[r"^(?!blk\.\d+\.attn_v).*=Q8_0"], progress=False)
+    assert {t.name: t.target for t in report.tensors if t.target not in ("Q8_0", "F32")} == {
+        "blk.0.attn_v.weight": "IQ4_NL", "blk.1.attn_v.weight": "IQ4_NL"}
+    os.remove(tmp_path / "n.gguf")
+    for value, match in (("general.name", "expected KEY=TYPE:VALUE"), ("=str:a", "expected KEY=TYPE:VALUE"),
+                         ("k" * 128 + "=str:a", "a key of 1 to 127 bytes"), ("a=u32:1", "TYPE must be int, float"),
+                         ("a=int", "TYPE must be int"), ("a=int:1.5", "decimal integer"), ("a=int:4294967296",
+                                                                                          "below 2"),
+                         ("a=float:1_0", "decimal number"), ("a=float:", "decimal number"), ("a=bool:True", "true or"),
+                         ("a=str:" + "x" * 128, "at most 127 bytes"), ("general.alignment=int:64", "cannot be over")):
+        with pytest.raises(ConvertError, match=re.escape(f"--override-kv {value!r}: ") + ".*" + match):
+            convert_gguf(model, str(tmp_path / "r.gguf"), "Q8_0", override_kv=[value], progress=False)
+    assert main(["convert", model, str(tmp_path / "c.gguf"), "--scheme", "Q8_0", "--quiet", *[
+        a for v in kv for a in ("--override-kv", v)]]) == 0
+    assert (tmp_path / "c.gguf").read_bytes() == open(dst, "rb").read()
+    assert main(["convert", model, str(tmp_path / "d.gguf"), "--scheme", "Q8_0", "--override-kv", "a=int:x"]) == 1
+    assert capsys.readouterr().err == ("nbquant convert: error: --override-kv 'a=int:x': an int VALUE is a decimal "
+                                       "integer of absolute value below 2**32 (written as u32 of |VALUE|)\n")
+    assert sorted(os.listdir(tmp_path)) == ["c.gguf", "q.gguf"]
+
+
+def test_prune_layers_renumbers_and_keeps_the_source_layer_count():
+    names = [f"blk.{i}.{w}" for i in range(6) for w in ("a", "b")] + ["output.weight", "x.blk.3.c"]
+    kept, count = prune_layers(names, [1, 3])
+    assert count == 4 and kept == {"output.weight": "output.weight",  # x.blk.3.c: in layer 3 too
+                                   "blk.0.a": "blk.0.a", "blk.0.b": "blk.0.b", "blk.1.a": "blk.2.a",
+                                   "blk.1.b": "blk.2.b", "blk.2.a": "blk.4.a", "blk.2.b": "blk.4.b",
+                                   "blk.3.a": "blk.5.a", "blk.3.b": "blk.5.b"}
+    assert prune_layers(names, [9]) == ({n: n for n in tensor_order(names)}, 6)
+    assert prune_layers(names, []) == ({n: n for n in tensor_order(names)}, None)
+
+
+def test_prune_layers_option(model, tmp_path, capsys):
+    from nbquant.cli import main
+
+    dst = str(tmp_path / "q.gguf")
+    report = convert_gguf(model, dst, "Q8_0", prune_layers="0", override_kv=["llama.block_count=int:7"],
+                          progress=False)
+    with read_gguf(model) as src, read_gguf(dst) as out:
+        assert list(out.fields)[-1] == "llama.block_count" and out.value("llama.block_count") == 1
+        order = tensor_order(src.tensors)
+        assert list(out.tensors) == [n for n in order if not n.startswith("blk.")] + [
+            n.replace("blk.1.", "blk.0.") for n in order if n.startswith("blk.1.")]
+    again = str(tmp_path / "again.gguf")
+    convert_gguf(model, again, "Q8_0", progress=False)
+    with read_gguf(dst) as out, read_gguf(again) as whole:
+        for name in out.tensors:  # the bytes of blk.1 of the whole model
+            source = name.replace("blk.0.", "blk.1.")
+            assert (out.tensors[name].ne, bytes(out.tensor_bytes(name))) == (whole.tensors[source].ne,
+                                                                             bytes(whole.tensor_bytes(source)))
+    reasons = {t.name: t.reason for t in report.tensors}
+    assert reasons["blk.0.attn_q.weight"] == "scheme default; was blk.1.attn_q.weight"
+    for value in ("1,x", "-1", "", "1.5", [True], ["a"]):
+        with pytest.raises(ConvertError, match=re.escape(f"--prune-layers {value!r}: expected")):
+            convert_gguf(model, str(tmp_path / "r.gguf"), "Q8_0", prune_layers=value, progress=False)
+    assert main(["convert", model, str(tmp_path / "c.gguf"), "--scheme", "Q8_0", "--quiet", "--prune-layers", "0,0",
+                 "--override-kv", "llama.block_count=int:7"]) == 0
+    assert (tmp_path / "c.gguf").read_bytes() == open(dst, "rb").read()
+    assert main(["convert", model, str(tmp_path / "d.gguf"), "--scheme", "Q8_0", "--prune-layers", "2,a"]) == 1
+    assert capsys.readouterr().err == ("nbquant convert: error: --prune-layers '2,a': expected layer numbers "
+                                       "(integers >= 0) separated by commas, e.g. 3,4; 'a' is not one\n")
+    assert sorted(os.listdir(tmp_path)) == ["again.gguf", "c.gguf", "q.gguf"]
+
+
 def test_writes_never_follow_links_and_failures_leave_nothing(model, tmp_path):
     target = tmp_path / "elsewhere"
     target.write_bytes(b"untouched")
@@ -444,3 +628,38 @@ def test_empty_tensor(tmp_path):
         assert [(n, t.ne, t.type_id, t.nbytes) for n, t in g.tensors.items()] == [
             ("e.weight", (0, 4, 1, 1), type_id("Q8_0"), 0), ("w.weight", (32, 2, 1, 1), type_id("Q8_0"), 68)]
         assert bytes(g.tensor_bytes("w.weight")) == bytes([0, 0] + [0] * 32) * 2
+
+
+# ---- the demo's GGUF step ----
+
+def test_demo_gguf_step_converts_the_synthetic_model(tmp_path):
+    from nbquant import demo
+
+    report = demo.gguf_step(str(tmp_path))
+    assert report.scheme == demo.GGUF_SCHEME == "Q8_0" and report.arch == "llama"
+    assert sorted(os.listdir(tmp_path)) == ["model-BF16.gguf", "model-Q8_0.gguf"]
+    targets = {t.name: t.target for t in report.tensors}
+    assert len(targets) == 2 + 9 * demo.GGUF_MODEL["layers"] + 1
+    assert {n for n, t in targets.items() if t == "F32"} == {"output_norm.weight", "blk.0.attn_norm.weight",
+                                                             "blk.0.ffn_norm.weight", "blk.1.attn_norm.weight",
+                                                             "blk.1.ffn_norm.weight"}
+    assert all(t.target == "Q8_0" and t.sqnr_db > 40 for t in report.tensors if t.source == "BF16")
+    with read_gguf(str(tmp_path / "model-Q8_0.gguf")) as g:
+        assert g.value("general.file_type") == 7
+        assert {n: type_name(i.type_id) for n, i in g.tensors.items()} == targets
+    lines = gguf_summary(report)
+    assert lines[0].startswith("Q8_0  16 tensor(s)") and lines[1].startswith("F32    5 tensor(s)")
+    assert lines[2].startswith(f"size: {report.bytes_in / 2**20:.2f} MiB -> {report.bytes_out / 2**20:.2f} MiB (")
+    assert lines[2].endswith(", 8.50 bits a weight in the converted tensors)")
+
+
+def test_demo_ends_with_a_gguf_conversion(capsys):
+    from nbquant import cli
+
+    assert cli.main(["demo", "--size", "16x96", "--backend", "cpu", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out.split("\ngguf: ", 1)[1].splitlines()
+    assert out[0].startswith("nbquant convert model-BF16.gguf model-Q8_0.gguf --scheme Q8_0  (a synthetic")
+    assert out[1].startswith("Q8_0  16 tensor(s)") and out[2].startswith("F32    5 tensor(s)")
+    assert out[3].startswith("size: ") and out[3].endswith(" s") and len(out) == 4
+    assert cli.main(["demo", "--size", "16x96", "--backend", "cpu", "--repeats", "1", "--no-convert"]) == 0
+    assert "gguf:" not in capsys.readouterr().out

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import struct
 import subprocess
 from pathlib import Path
 
@@ -188,6 +189,135 @@ def test_options_equal_llama_quantize(llama_quantize, models, tmp_path, option):
     kwargs = {key: option[1] if len(option) > 1 else True}
     convert_gguf(src, ours, "Q4_K_M", progress=False, **kwargs)
     assert theirs.read_bytes() == ours.read_bytes()
+
+
+#: ``--tensor-type`` cases: (scheme, patterns, other llama-quantize options as convert_gguf's keywords).
+TENSOR_TYPES = {
+    "attn_v-counter": ("Q4_K_M", [r"blk\.[0-2]\.attn_v=Q8_0"], {}),  # the mix's attn_v counter skips blk.0-2
+    "first-match": ("Q4_K_M", ["ATTN_(Q|K)=q5_0", "ffn_down=Q8_0", "ffn=Q4_0", "output=Q4_1", "token_embd=f16"], {}),
+    "with-output-type": ("Q5_K_M", ["output=Q4_0", r"token_embd\.=Q4_1", "blk\\.7=Q8_0"],
+                         {"output_tensor_type": "Q6_K", "token_embedding_type": "Q8_0"}),
+    "pure": ("Q4_K_S", ["ffn_up=Q5_1"], {"pure": True}),
+}
+
+
+@pytest.mark.parametrize("case", list(TENSOR_TYPES))
+def test_tensor_type_equals_llama_quantize(llama_quantize, models, tmp_path, case):
+    scheme, patterns, kwargs = TENSOR_TYPES[case]
+    src = models["llama8"]
+    theirs, ours = tmp_path / "theirs.gguf", tmp_path / "ours.gguf"
+    options = [a for p in patterns for a in ("--tensor-type", p)]
+    for key, value in kwargs.items():
+        options += ["--" + key.replace("_", "-")] + ([] if value is True else [value])
+    done = subprocess.run([str(llama_quantize), *options, str(src), str(theirs), scheme, "2"], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = convert_gguf(src, ours, scheme, tensor_types=patterns, progress=False, **kwargs)
+    assert any(t.reason.startswith("--tensor-type ") for t in report.tensors)
+    assert theirs.read_bytes() == ours.read_bytes()
+
+
+#: ``--override-kv`` cases: (scheme, overrides, with the model's importance matrix).
+OVERRIDE_KV = {
+    "types": ("Q4_K_M", ["general.name=str:renamed", "llama.context_length=int:-4096", "x.f=float:1e-3",
+                         "x.inf=float:-1e99", "x.b=bool:true", "general.name=str:again", "x.b=bool:false"], False),
+    "hyperparameter": ("IQ4_NL", ["llama.attention.head_count_kv=int:8"], False),  # GQA 1: attn_v stays IQ4_NL
+    "imatrix-keys": ("Q4_K_M", ["quantize.imatrix.file=str:mine", "general.file_type=int:3", "a.b=str:c"], True),
+}
+
+
+@pytest.mark.parametrize("case", list(OVERRIDE_KV))
+def test_override_kv_equals_llama_quantize(llama_quantize, models, tmp_path, case):
+    scheme, overrides, imatrix = OVERRIDE_KV[case]
+    src = models["llama8"]
+    matrix = str(src.with_name("llama8.imatrix.gguf")) if imatrix else None
+    theirs, ours = tmp_path / "theirs.gguf", tmp_path / "ours.gguf"
+    options = [a for o in overrides for a in ("--override-kv", o)] + (["--imatrix", matrix] if matrix else [])
+    done = subprocess.run([str(llama_quantize), *options, str(src), str(theirs), scheme, "2"], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    convert_gguf(src, ours, scheme, override_kv=overrides, imatrix=matrix, progress=False)
+    assert theirs.read_bytes() == ours.read_bytes()
+
+
+#: ``--prune-layers`` cases: (scheme, layers, with the model's importance matrix).
+PRUNE = {"middle": ("Q4_K_M", "2,5,3", False), "first-imatrix": ("Q4_K_M", "0", True),
+         "beyond": ("Q5_K_M", "7,30", False)}
+
+
+@pytest.mark.parametrize("case", list(PRUNE))
+def test_prune_layers_equals_llama_quantize(llama_quantize, models, tmp_path, case):
+    scheme, layers, imatrix = PRUNE[case]
+    src = models["llama8"]
+    matrix = str(src.with_name("llama8.imatrix.gguf")) if imatrix else None
+    theirs, ours = tmp_path / "theirs.gguf", tmp_path / "ours.gguf"
+    options = ["--prune-layers", layers] + (["--imatrix", matrix] if matrix else [])
+    done = subprocess.run([str(llama_quantize), *options, str(src), str(theirs), scheme, "2"], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    convert_gguf(src, ours, scheme, prune_layers=layers, imatrix=matrix, progress=False)
+    assert theirs.read_bytes() == ours.read_bytes()
+
+
+def _split_model(src: Path, parts: int, folder: Path) -> Path:
+    """``src`` as ``parts`` files with llama.cpp's split keys, tensors dealt round (blk.0's attn_v in the first part,
+    blk.1's in the second...: --keep-split's order differs from the layer order); the first part's path."""
+    from nbquant.gguf.file import Field, TensorInfo, encode_metadata
+
+    with read_gguf(src) as g:
+        names = list(g.tensors)
+        for i in range(parts):
+            fields = (list(g.fields.values()) if i == 0 else []) + [
+                Field("split.no", 2, struct.pack("<H", i)), Field("split.count", 2, struct.pack("<H", parts)),
+                Field("split.tensors.count", 5, struct.pack("<i", len(names)))]
+            infos, offset, data = [], 0, []
+            for name in names[i::parts]:
+                t = g.tensors[name]
+                infos.append(TensorInfo(name, t.ne, t.type_id, offset))
+                raw = bytes(g.tensor_bytes(name))
+                data.append(raw + bytes(-len(raw) % 32))
+                offset += len(data[-1])
+            (folder / f"m-{i + 1:05d}-of-{parts:05d}.gguf").write_bytes(encode_metadata(fields, infos, 32)
+                                                                          + b"".join(data))
+    return folder / f"m-00001-of-{parts:05d}.gguf"
+
+
+#: ``--keep-split`` cases: (parts of the source, scheme, other options as convert_gguf's keywords).
+KEEP_SPLIT = {"3-parts": (3, "Q4_K_M", {}), "1-part": (1, "Q5_K_M", {}),
+              "3-parts-pruned-imatrix": (3, "Q4_K_M", {"prune_layers": "1,6", "imatrix": True}),
+              "2-parts": (2, "Q8_0", {"override_kv": ["general.name=str:k"]})}
+
+
+@pytest.mark.parametrize("case", list(KEEP_SPLIT))
+def test_keep_split_equals_llama_quantize(llama_quantize, models, tmp_path, case):
+    parts, scheme, kwargs = KEEP_SPLIT[case]
+    kwargs = dict(kwargs)
+    if kwargs.get("imatrix"):
+        kwargs["imatrix"] = str(models["llama8"].with_name("llama8.imatrix.gguf"))
+    (tmp_path / "in").mkdir()
+    src = _split_model(models["llama8"], parts, tmp_path / "in") if parts > 1 else models["llama8"]
+    options = ["--keep-split"]
+    for key, value in kwargs.items():
+        for v in value if isinstance(value, list) else [value]:
+            options += ["--" + key.replace("_", "-"), v]
+    done = subprocess.run([str(llama_quantize), *options, str(src), str(tmp_path / "theirs.gguf"), scheme, "2"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    convert_gguf(src, tmp_path / "ours.gguf", scheme, keep_split=True, progress=False, **kwargs)
+    theirs = sorted(p.name for p in tmp_path.glob("theirs-*.gguf"))
+    assert theirs == [f"theirs-{i:05d}-of-{parts:05d}.gguf" for i in range(1, parts + 1)]
+    for name in theirs:
+        assert (tmp_path / name).read_bytes() == (tmp_path / name.replace("theirs", "ours")).read_bytes(), name
+    if case == "3-parts":  # the type choice followed the parts' order: attn_v's more-bits layers moved
+        with read_gguf(models["llama8"]) as g:
+            layer_order = {c.name: c.type_name for c in choose_types(
+                ((t.name, t.ne, t.type_id) for t in g.tensors.values()), scheme, hyper_from(g.value, list(g.tensors)))}
+        written = {}
+        for name in theirs:
+            with read_gguf(tmp_path / name) as g:
+                written.update({n: type_name(t.type_id) for n, t in g.tensors.items()})
+        attn_v = [f"blk.{i}.attn_v.weight" for i in range(8)]
+        assert [written[n] for n in attn_v] != [layer_order[n] for n in attn_v]
 
 
 def _write_legacy_imatrix(path: Path, weights: list[tuple[str, int, int]]) -> None:

@@ -11,6 +11,9 @@ the schemes of :data:`SCHEMES`:
 * ``attn_v``/``attn_qkv`` and ``ffn_down`` of some layers get more bits (``use_more_bits``: the
   first and last eighth of the layers and every third between), as do ``attn_output`` for Q2_K
   and Q3_K_M/L, with GQA ≥ 4, 8 experts and 70B-model exceptions;
+* ``--tensor-type PATTERN=TYPE`` (:attr:`PolicyOptions.tensor_types`): the first pattern found in
+  a tensor's name gives its type instead of the mix (after ``--token-embedding-type`` and
+  ``--output-tensor-type``; the counters of ``attn_v`` / ``ffn_down`` skip it); the fallback still applies;
 * a type whose block does not divide the row falls back (Q4_K→Q5_0, Q5_K→Q5_1, Q6_K→Q8_0,
   Q2_K/Q3_K→Q4_0, IQ4_XS→IQ4_NL, then F16).
 
@@ -38,7 +41,7 @@ from dataclasses import dataclass
 from .file import GGML_TYPES, type_id, type_name
 
 __all__ = ["SCHEMES", "ALIASES", "Hyper", "Choice", "PolicyOptions", "choose_types", "tensor_order", "hyper_from",
-           "KNOWN_ARCHITECTURES"]
+           "KNOWN_ARCHITECTURES", "prune_layers"]
 
 #: scheme -> (llama_ftype value written as general.file_type, default ggml type).
 SCHEMES = {"Q4_0": (2, "Q4_0"), "Q4_1": (3, "Q4_1"), "Q8_0": (7, "Q8_0"), "Q5_0": (8, "Q5_0"), "Q5_1": (9, "Q5_1"),
@@ -99,13 +102,20 @@ class Hyper:
 @dataclass(frozen=True)
 class PolicyOptions:
     """llama-quantize's options: ``--pure``, ``--output-tensor-type``, ``--token-embedding-type``,
-    ``--leave-output-tensor`` (``quantize_output=False``), and whether an importance matrix is given."""
+    ``--leave-output-tensor`` (``quantize_output=False``), whether an importance matrix is given, ``--tensor-type``."""
 
     pure: bool = False
     output_tensor_type: str | None = None
     token_embedding_type: str | None = None
     quantize_output: bool = True
     has_imatrix: bool = False
+    #: ``--tensor-type PATTERN=TYPE``: (compiled pattern, type name) pairs, the first whose pattern is found in a
+    #: tensor's name (``re.search``; llama-quantize's ``std::regex_search``) wins.
+    tensor_types: tuple[tuple[re.Pattern, str], ...] = ()
+
+    def manual_type(self, name: str) -> tuple[str, str] | None:
+        """The ``--tensor-type`` (type, pattern) that names ``name``, or None."""
+        return next(((t, p.pattern) for p, t in self.tensor_types if p.search(name)), None)
 
 
 @dataclass(frozen=True)
@@ -138,6 +148,44 @@ def tensor_order(names) -> list[str]:
     ['output.weight', 'blk.2.attn_q.weight', 'blk.10.ffn_up.weight']
     """
     return sorted(names, key=lambda n: (_layer_of(n), n.encode("utf-8", "surrogateescape")))
+
+
+_BLOCK = re.compile(r"blk\.([0-9]+)\.")
+
+
+def prune_layers(names, prune: list[int]) -> tuple[dict[str, str], int | None]:
+    """llama-quantize's ``--prune-layers``: the names kept (new name -> source name) and the new layer count.
+
+    The names are visited in :func:`tensor_order`; the first ``blk.N.`` found in a name is its
+    layer. Layers in ``prune`` are dropped; layers below the smallest pruned one keep their number;
+    the others are numbered on from there, in the order they are met. The layer count is the next
+    free number (``{arch}.block_count`` in the output); None when ``prune`` is empty.
+
+    Examples
+    --------
+    >>> names = [f"blk.{i}.w" for i in range(4)] + ["output.weight"]
+    >>> prune_layers(names, [1, 2])
+    ({'output.weight': 'output.weight', 'blk.0.w': 'blk.0.w', 'blk.1.w': 'blk.3.w'}, 2)
+    """
+    if not prune:
+        return {n: n for n in tensor_order(names)}, None
+    first, mapped, next_id, kept = min(prune), {}, 0, {}
+    for name in tensor_order(names):
+        m = _BLOCK.search(name)
+        if m is None:
+            kept[name] = name
+            continue
+        blk = int(m.group(1))
+        if blk not in mapped:
+            if blk in prune:
+                mapped[blk] = None
+            elif blk < first:
+                mapped[blk], next_id = blk, blk + 1
+            else:
+                mapped[blk], next_id = next_id, next_id + 1
+        if mapped[blk] is not None:
+            kept[name[:m.start(1)] + str(mapped[blk]) + name[m.end(1):]] = name
+    return kept, next_id
 
 
 def hyper_from(fields_value, names: list[str]) -> Hyper:
@@ -316,7 +364,8 @@ def _fallback(ne0: int, t: str) -> tuple[str, str | None]:
     return new, f"rows of {ne0} do not fit {t}'s block of {block}: {new}"
 
 
-def choose_types(tensors, scheme: str, hyper: Hyper, opts: PolicyOptions | None = None) -> list[Choice]:
+def choose_types(tensors, scheme: str, hyper: Hyper, opts: PolicyOptions | None = None,
+                 keep_order: bool = False) -> list[Choice]:
     """The type of every tensor under ``scheme``, in llama-quantize's order.
 
     Parameters
@@ -329,11 +378,14 @@ def choose_types(tensors, scheme: str, hyper: Hyper, opts: PolicyOptions | None 
         The model's facts (:func:`hyper_from`).
     opts : PolicyOptions, optional
         llama-quantize's options.
+    keep_order : bool
+        Visit (and return) the tensors in the order given (llama-quantize's ``--keep-split``: by part,
+        then offset) rather than in :func:`tensor_order`.
 
     Returns
     -------
     list of Choice
-        In :func:`tensor_order`.
+        In :func:`tensor_order`, or as given with ``keep_order``.
 
     Examples
     --------
@@ -347,7 +399,7 @@ def choose_types(tensors, scheme: str, hyper: Hyper, opts: PolicyOptions | None 
         raise ValueError(f"scheme {scheme!r} is not a GGUF scheme nbquant knows; known: {', '.join(SCHEMES)}")
     default = SCHEMES[scheme][1]
     rows = {name: (tuple(ne), tid) for name, ne, tid in tensors}
-    order = tensor_order(rows)
+    order = list(rows) if keep_order else tensor_order(rows)
     cats = {name: _category(name) for name in order}
     rules = _Rules(scheme, hyper, opts, sum(c == "attn_v" for c in cats.values()), "output.weight" not in rows)
     out = []
@@ -359,13 +411,19 @@ def choose_types(tensors, scheme: str, hyper: Hyper, opts: PolicyOptions | None 
             out.append(Choice(name, tid, tid, f"kept: {kept}"))
             continue
         cat = cats[name]
-        if opts.token_embedding_type is not None and cat == "token_embd":
+        manual = opts.manual_type(name)
+        # --token-embedding-type, unless --tensor-type names per_layer_token_embd (a large table of its own)
+        if opts.token_embedding_type is not None and cat == "token_embd" and (
+                manual is None or name != "per_layer_token_embd.weight"):
             out.append(Choice(name, tid, type_id(opts.token_embedding_type), "--token-embedding-type"))
             continue
         if opts.output_tensor_type is not None and cat == "output":
             out.append(Choice(name, tid, type_id(opts.output_tensor_type), "--output-tensor-type"))
             continue
-        t, why = (default, "--pure") if opts.pure else rules.mix(name, ne, default, cat)
+        if manual is not None:  # the scheme's mix is skipped: its attn_v / ffn_down counters do not count it
+            t, why = manual[0], f"--tensor-type {manual[1]}={manual[0]}"
+        else:
+            t, why = (default, "--pure") if opts.pure else rules.mix(name, ne, default, cat)
         t, fell = _fallback(ne[0], t)
         out.append(Choice(name, tid, type_id(t), fell or why))
     return out

@@ -51,6 +51,10 @@ class SplitModel:
         """How many files."""
         return len(self.files)
 
+    def part_index(self, name: str) -> int:
+        """The index of the part (0 for the first) that holds tensor ``name``."""
+        return self.files.index(self._owner[name])
+
     def value(self, key: str, default: Any = None) -> Any:
         """The first part's value of ``key``."""
         return self.files[0].value(key, default)

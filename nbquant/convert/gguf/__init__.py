@@ -6,7 +6,8 @@ See :func:`convert_gguf` and docs/convert.md ("GGUF files").
 from __future__ import annotations
 
 from .job import convert_gguf
-from .report import GGUFReport, GGUFTensor, format_gguf_table
+from .report import GGUFReport, GGUFTensor, format_gguf_table, gguf_summary
 from .synthetic import write_synthetic_gguf
 
-__all__ = ["convert_gguf", "GGUFReport", "GGUFTensor", "format_gguf_table", "write_synthetic_gguf"]
+__all__ = ["convert_gguf", "GGUFReport", "GGUFTensor", "format_gguf_table", "gguf_summary",
+           "write_synthetic_gguf"]

@@ -6,9 +6,10 @@ name beside it (``.NAME.partial``), renamed over ``dst`` once complete and synce
 
 * metadata: the source's keys in order without the ``split.*`` keys, then
   ``general.quantization_version`` (2) and ``general.file_type`` (the scheme's ``llama_ftype``)
-  moved to the end, then, with an importance matrix, ``quantize.imatrix.file`` (the path as
+  moved to the end, then the ``--override-kv`` keys (each moved to the end in turn), then, with an
+  importance matrix, ``quantize.imatrix.file`` (the path as
   given, cut to 127 bytes), ``quantize.imatrix.dataset``, ``quantize.imatrix.entries_count`` and
-  ``quantize.imatrix.chunks_count``;
+  ``quantize.imatrix.chunks_count``, then, with ``--prune-layers``, ``{arch}.block_count``;
 * tensors in llama-quantize's order, each padded with zeros to the alignment (32 bytes, or the
   source's ``general.alignment``); a tensor whose type does not change is copied byte for byte.
 
@@ -19,19 +20,22 @@ from __future__ import annotations
 
 import math
 import os
+import struct
 import time
 
 import numpy as np
 
 from nbquant import gguf
-from nbquant.gguf.file import Field, GGUFError, TensorInfo, encode_metadata, type_name
+from nbquant.gguf.file import INT32, UINT16, UINT32, Field, GGUFError, TensorInfo, encode_metadata, type_name
 from nbquant.gguf.imatrix import read_imatrix
-from nbquant.gguf.policy import ALIASES, SCHEMES, PolicyOptions, choose_types, hyper_from
+from nbquant.gguf.policy import SCHEMES, PolicyOptions, choose_types, hyper_from
+from nbquant.gguf.policy import prune_layers as _pruned
 from nbquant.gguf.split import open_model
 
 from ...threads import thread_limit
 from ..report import Progress, sqnr_db
 from ..safetensors import ConvertError
+from . import options
 from .report import GGUFReport, GGUFTensor
 
 __all__ = ["convert_gguf", "SLAB_ELEMENTS"]
@@ -40,7 +44,7 @@ __all__ = ["convert_gguf", "SLAB_ELEMENTS"]
 SLAB_ELEMENTS = 1 << 24
 #: Values checked for the SQNR of each tensor (every k-th row).
 CHECK_ELEMENTS = 1 << 20
-_FLOAT_SOURCES = ("F32", "F16", "BF16")
+_FLOAT_SOURCES = options.FLOAT_TYPES
 _SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
 _QNT_VERSION = 2
 
@@ -136,18 +140,6 @@ class _Writer:
         return written, signal, noise
 
 
-def _check_options(scheme: str, output_tensor_type, token_embedding_type) -> str:
-    scheme = ALIASES.get(str(scheme).upper(), str(scheme).upper())
-    if scheme not in SCHEMES:
-        raise ConvertError(f"scheme {scheme!r} is not a GGUF scheme; choose one of {', '.join(SCHEMES)}")
-    for flag, value in (("--output-tensor-type", output_tensor_type),
-                        ("--token-embedding-type", token_embedding_type)):
-        if value is not None and str(value).upper() not in gguf.implemented_formats() + _FLOAT_SOURCES:
-            raise ConvertError(f"{flag} {value!r}: nbquant writes {', '.join(gguf.implemented_formats())}, "
-                               f"{', '.join(_FLOAT_SOURCES)}")
-    return scheme
-
-
 def _check_destination(src: str, dst: str, overwrite: bool) -> None:
     if os.path.islink(dst):
         raise ConvertError(f"{dst}: the destination is a symlink; nbquant does not write through links")
@@ -191,16 +183,26 @@ def _imatrix_fields(path: str, matrix) -> list[Field]:
     return fields
 
 
-def _plan(g, scheme: str, opts: PolicyOptions, matrix):
-    """The choices, output tensor infos and imatrix slices, with every refusal before anything is written."""
-    hyper = hyper_from(g.value, list(g.tensors))
+def _plan(g, scheme: str, opts: PolicyOptions, matrix, overrides: list[Field], prune: list[int], keep_split: bool):
+    """The choices (by output part), output names, imatrix slices, with every refusal before anything is written."""
+    ints = {f.key: f.value for f in overrides if f.vtype == UINT32}  # llama's loader reads int overrides
+
+    def value(key: str, default=None):
+        return ints[key] if key in ints else g.value(key, default)
+
+    hyper = hyper_from(value, list(g.tensors))
+    names, _ = _pruned(g.tensors, prune)
+    if keep_split:  # llama-quantize's --keep-split visits the tensors by part, then offset
+        names = dict(sorted(names.items(), key=lambda kv: (g.part_index(kv[1]), g.tensors[kv[1]].offset)))
     try:
-        choices = choose_types(((t.name, t.ne, t.type_id) for t in g.tensors.values()), scheme, hyper, opts)
+        choices = choose_types(((new, g.tensors[old].ne, g.tensors[old].type_id) for new, old in names.items()),
+                               scheme, hyper, opts, keep_order=keep_split)
     except ValueError as e:
         raise ConvertError(f"{g.path}: {e}") from None
-    infos, weights, offset = [], {}, 0
+    weights, parts = {}, {}
     for c in choices:
-        info = g.tensors[c.name]
+        parts.setdefault(g.part_index(names[c.name]) if keep_split else 0, []).append(c)
+        info = g.tensors[names[c.name]]
         source, target = type_name(c.source), type_name(c.target)
         if c.source != c.target:
             if source not in _FLOAT_SOURCES:
@@ -208,7 +210,7 @@ def _plan(g, scheme: str, opts: PolicyOptions, matrix):
             if target not in gguf.implemented_formats() + _FLOAT_SOURCES:
                 raise ConvertError(f"{c.name}: {scheme} gives it {target}, which nbquant does not implement yet "
                                    f"(it writes {', '.join(gguf.implemented_formats())})")
-            entry = None if matrix is None else matrix.entries.get(c.name)
+            entry = None if matrix is None else matrix.entries.get(names[c.name])  # the source layer's entry
             if entry is not None and entry.size != info.ne[0] * info.ne[2]:
                 if c.name not in ("token_embd.weight", "per_layer_token_embd.weight"):
                     raise ConvertError(f"imatrix size {entry.size} is different from tensor size "
@@ -217,16 +219,52 @@ def _plan(g, scheme: str, opts: PolicyOptions, matrix):
             if entry is not None and (entry < 0).any():
                 raise ConvertError(f"{c.name}: the importance matrix holds negative weights")
             weights[c.name] = entry
-        out = TensorInfo(c.name, info.ne, c.target, offset)
+    missing = [i for i in range(max(parts, default=0) + 1) if i not in parts]
+    if missing:
+        raise ConvertError(f"--keep-split: part {missing[0] + 1} of the source has no tensor left to write")
+    return hyper, [parts[i] for i in sorted(parts)], weights, names
+
+
+def _write_tensor(writer: _Writer, g, c, old: str, imatrix) -> GGUFTensor:
+    """Write tensor ``old`` of the source as ``c`` chose; its report row."""
+    source = g.tensors[old]
+    sqnr, written = writer.tensor(g, source, type_name(c.target), imatrix)
+    reason = c.reason if c.source != c.target else f"copied ({c.reason})"
+    reason += f"; was {old}" if old != c.name else ""
+    return GGUFTensor(c.name, source.shape, type_name(c.source), type_name(c.target), reason, sqnr, source.nbytes,
+                      written)
+
+
+def _part_paths(dst: str, n: int, keep_split: bool) -> list[str]:
+    """The output file names: ``dst``, or with ``--keep-split`` ``STEM-00001-of-0000N.gguf`` (``dst`` less .gguf)."""
+    if not keep_split:
+        return [dst]
+    stem = dst[:-5] if dst.endswith(".gguf") else dst
+    return [f"{stem}-{i + 1:05d}-of-{n:05d}.gguf" for i in range(n)]
+
+
+def _split_fields(i: int, n: int, count: int) -> list[Field]:
+    """The ``split.*`` keys of output part ``i`` of ``n`` (``count`` tensors in all)."""
+    return [Field("split.no", UINT16, struct.pack("<H", i)), Field("split.count", UINT16, struct.pack("<H", n)),
+            Field("split.tensors.count", INT32, struct.pack("<i", count))]
+
+
+def _head(fields: list[Field], part: list, g, names: dict[str, str]) -> bytes:
+    """An output part's header: ``fields`` and the infos of its tensors, each at the next aligned offset."""
+    infos, offset = [], 0
+    for c in part:
+        out = TensorInfo(c.name, g.tensors[names[c.name]].ne, c.target, offset)
         infos.append(out)
         offset += out.nbytes + (-out.nbytes % g.alignment)
-    return hyper, choices, infos, weights
+    return encode_metadata(fields, infos, g.alignment)
 
 
 def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *, imatrix: str | None = None,
                  pure: bool = False, output_tensor_type: str | None = None, token_embedding_type: str | None = None,
                  leave_output_tensor: bool = False, include_weights: list[str] | None = None,
-                 exclude_weights: list[str] | None = None, overwrite: bool = False,
+                 exclude_weights: list[str] | None = None, tensor_types: list[str] | None = None,
+                 override_kv: list[str] | None = None, prune_layers: str | list[int] | None = None,
+                 keep_split: bool = False, overwrite: bool = False,
                  progress: bool | None = None, check: bool = True, workers: int | None = None) -> GGUFReport:
     """Quantize the GGUF file ``src`` into ``dst`` as ``llama-quantize src dst SCHEME`` does, byte for byte.
 
@@ -244,6 +282,25 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
     include_weights, exclude_weights : list of str, optional
         llama-quantize's ``--include-weights`` / ``--exclude-weights`` (not both): use the importance matrix only
         for the tensors whose names contain one of these strings / none of them.
+    tensor_types : list of str, optional
+        llama-quantize's ``--tensor-type PATTERN=TYPE`` values: a tensor whose name holds a match of the first
+        PATTERN that matches (a regular expression, lowercased; :func:`re.search`) gets TYPE instead of the scheme's
+        mix (``--output-tensor-type`` and ``--token-embedding-type`` come first; the row-size fallback applies).
+    override_kv : list of str, optional
+        llama-quantize's ``--override-kv KEY=TYPE:VALUE`` values, TYPE ``int`` (written as u32 of the absolute
+        value), ``float`` (f32), ``bool`` (``true``/``false``) or ``str`` (at most 127 bytes): each removes KEY
+        where it is and appends it, after ``general.file_type`` and before the ``quantize.imatrix.*`` keys; an
+        ``int`` override of a hyperparameter key (``{arch}.block_count``, ``{arch}.attention.head_count``, ...)
+        counts in the type choice, as llama's model loader reads it.
+    prune_layers : str or list of int, optional
+        llama-quantize's ``--prune-layers L0,L1,...``: the layers ``blk.N.`` to leave out; the layers after the
+        first one left out are numbered on (:func:`nbquant.gguf.policy.prune_layers`), ``{arch}.block_count`` is
+        set to the new count (the last key), and the type choice counts the source's layers, as llama-quantize's.
+    keep_split : bool
+        llama-quantize's ``--keep-split``: write one file per part of the source, ``STEM-00001-of-0000N.gguf``
+        (``STEM``: ``dst`` less ``.gguf``; ``-00001-of-00001`` for a source in one file), the tensors of each
+        part in the source's order (which the type choice follows), the metadata in the first part, the
+        ``split.*`` keys in every part when there are several.
     overwrite : bool
         Replace an existing ``dst``.
     progress : bool, optional
@@ -275,46 +332,61 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
     """
     start = time.perf_counter()
     src, dst = os.fspath(src), os.fspath(dst)
-    scheme = _check_options(scheme, output_tensor_type, token_embedding_type)
+    scheme = options.check_options(scheme, output_tensor_type, token_embedding_type)
+    manual = options.tensor_types(tensor_types)
+    overrides = options.kv_overrides(override_kv)
+    prune = options.prune_list(prune_layers)
     try:
         matrix = None if imatrix is None else _select(read_imatrix(imatrix), include_weights, exclude_weights)
         g = open_model(src)
     except GGUFError as e:
         raise ConvertError(str(e)) from None
     with g:
-        _check_destination(src, dst, overwrite)
         opts = PolicyOptions(pure, None if output_tensor_type is None else str(output_tensor_type).upper(),
                              None if token_embedding_type is None else str(token_embedding_type).upper(),
-                             not leave_output_tensor, matrix is not None)
-        hyper, choices, infos, weights = _plan(g, scheme, opts, matrix)
-        fields = [f for f in g.fields.values() if f.key not in _SPLIT_KEYS]
-        fields += [Field.u32("general.quantization_version", _QNT_VERSION),
-                   Field.u32("general.file_type", SCHEMES[scheme][0])]
-        fields += [] if matrix is None else _imatrix_fields(imatrix, matrix)
+                             not leave_output_tensor, matrix is not None, manual)
+        hyper, parts, weights, names = _plan(g, scheme, opts, matrix, overrides, prune, keep_split)
+        paths = _part_paths(dst, len(parts), keep_split)
+        for path in paths:
+            _check_destination(src, path, overwrite)
+        fields = list(g.fields.values())
+        for field in [Field.u32("general.quantization_version", _QNT_VERSION),
+                      Field.u32("general.file_type", SCHEMES[scheme][0])]:
+            options.set_field(fields, field)
+        fields = [f for f in fields if f.key not in _SPLIT_KEYS]
+        for field in overrides + ([] if matrix is None else _imatrix_fields(imatrix, matrix)):
+            options.set_field(fields, field)
+        if prune:
+            options.set_field(fields, Field.u32(f"{hyper.arch}.block_count", _pruned(g.tensors, prune)[1]))
         report = GGUFReport(scheme, src, dst, hyper.arch)
         if hyper.generic:
             report.notes.append(f"architecture {hyper.arch!r} is unknown to llama.cpp (llama-quantize refuses it): "
                                 "nbquant's generic policy applied (see docs/convert.md)")
-        head = encode_metadata(fields, infos, g.alignment)
-        tmp = os.path.join(os.path.dirname(os.path.abspath(dst)), "." + os.path.basename(dst) + ".partial")
-        bar = Progress(len(infos), sum(t.nbytes for t in g.tensors.values()), enabled=progress)
+        if keep_split:
+            report.notes.append(f"--keep-split: written as {len(paths)} part(s): {', '.join(paths)}")
+        count = sum(map(len, parts))
+        heads = [_head((fields if i == 0 else []) + (_split_fields(i, len(parts), count) if len(parts) > 1 else []),
+                       part, g, names) for i, part in enumerate(parts)]
+        tmps = [os.path.join(os.path.dirname(os.path.abspath(p)), "." + os.path.basename(p) + ".partial")
+                for p in paths]
+        bar = Progress(count, sum(g.tensors[old].nbytes for old in names.values()), enabled=progress)
         try:
-            with _open_partial(tmp) as f, thread_limit(workers):
-                f.write(head)
-                writer = _Writer(f, g.alignment, check)
-                for c in choices:
-                    source = g.tensors[c.name]
-                    sqnr, written = writer.tensor(g, source, type_name(c.target), weights.get(c.name))
-                    report.tensors.append(GGUFTensor(c.name, source.shape, type_name(c.source), type_name(c.target),
-                                                     c.reason if c.source != c.target else f"copied ({c.reason})",
-                                                     sqnr, source.nbytes, written))
-                    bar.update(source.nbytes)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, dst)
+            with thread_limit(workers):
+                for tmp, head, part in zip(tmps, heads, parts, strict=True):
+                    with _open_partial(tmp) as f:
+                        f.write(head)
+                        writer = _Writer(f, g.alignment, check)
+                        for c in part:
+                            report.tensors.append(_write_tensor(writer, g, c, names[c.name], weights.get(c.name)))
+                            bar.update(g.tensors[names[c.name]].nbytes)
+                        f.flush()
+                        os.fsync(f.fileno())
+            for tmp, path in zip(tmps, paths, strict=True):
+                os.replace(tmp, path)
         except BaseException as e:
-            if os.path.lexists(tmp):
-                os.remove(tmp)
+            for tmp in tmps:
+                if os.path.lexists(tmp):
+                    os.remove(tmp)
             if isinstance(e, OSError):
                 raise ConvertError(f"{dst}: cannot write: {e.strerror or e}") from None
             raise

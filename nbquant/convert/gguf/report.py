@@ -15,7 +15,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["GGUFTensor", "GGUFReport", "format_gguf_table"]
+__all__ = ["GGUFTensor", "GGUFReport", "format_gguf_table", "gguf_summary"]
 
 
 @dataclass
@@ -84,3 +84,48 @@ def format_gguf_table(report: GGUFReport) -> str:
     lines.append(f"{changed} converted, {len(report.tensors) - changed} copied; {report.bytes_in / 2**20:.1f} MiB -> "
                  f"{report.bytes_out / 2**20:.1f} MiB in {report.seconds:.2f} s")
     return "\n".join(lines)
+
+
+def gguf_summary(report: GGUFReport) -> list[str]:
+    """The demo's lines on a GGUF conversion: one a target type (tensors, bytes, SQNR range, why), then the sizes.
+
+    Parameters
+    ----------
+    report : GGUFReport
+        A conversion's report (:func:`nbquant.demo.gguf_step` prints these lines).
+
+    Returns
+    -------
+    list of str
+        One line per target type in first-seen order, then ``"size: ..."``.
+
+    Examples
+    --------
+    >>> r = GGUFReport("Q8_0", "a.gguf", "b.gguf", "llama")
+    >>> r.tensors += [GGUFTensor("output.weight", (64, 256), "BF16", "Q8_0", "output of Q8_0", 40.0, 32768, 17408),
+    ...               GGUFTensor("output_norm.weight", (256,), "F32", "F32", "copied (kept: 1-D)", math.nan, 1024,
+    ...                          1024)]
+    >>> print("\\n".join(gguf_summary(r)))
+    Q8_0   1 tensor(s)   0.02 MiB  SQNR 40.00 dB  output of Q8_0
+    F32    1 tensor(s)   0.00 MiB  copied (kept: 1-D)
+    size: 0.03 MiB -> 0.02 MiB (0.55x, 8.50 bits a weight in the converted tensors)
+    """
+    groups: dict[str, list] = {}
+    for t in report.tensors:
+        groups.setdefault(t.target, []).append(t)
+    width = max(map(len, groups), default=0)
+    lines = []
+    for target, tensors in groups.items():
+        sqnr = [t.sqnr_db for t in tensors if not math.isnan(t.sqnr_db)]
+        reasons = ", ".join(dict.fromkeys(t.reason for t in tensors))
+        span = "" if not sqnr else (f"  SQNR {min(sqnr):.2f} dB" if min(sqnr) == max(sqnr)
+                                    else f"  SQNR {min(sqnr):.2f}..{max(sqnr):.2f} dB")
+        size = sum(t.bytes_out for t in tensors) / 2**20
+        lines.append(f"{target.ljust(width)}  {len(tensors):2d} tensor(s)  {size:5.2f} MiB{span}  {reasons}")
+    converted = [t for t in report.tensors if t.source != t.target]
+    values = sum(math.prod(t.shape) for t in converted)
+    bits = 8 * sum(t.bytes_out for t in converted) / values if values else math.nan
+    ratio = report.bytes_out / report.bytes_in if report.bytes_in else math.nan
+    lines.append(f"size: {report.bytes_in / 2**20:.2f} MiB -> {report.bytes_out / 2**20:.2f} MiB ({ratio:.2f}x, "
+                 f"{bits:.2f} bits a weight in the converted tensors)")
+    return lines
