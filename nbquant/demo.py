@@ -27,11 +27,14 @@ import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import nbquant
+
+if TYPE_CHECKING:  # the GGUF job is imported by gguf_step only
+    from nbquant.convert.gguf import GGUFReport
 
 __all__ = [
     "CHECK_ELEMENTS",
@@ -504,7 +507,7 @@ def unavailable_backends(names: Sequence[str] | None = None) -> list[tuple[str, 
     return [(b.name, b.reason) for b in nbquant.backends() if not b.available and (names is None or b.name in names)]
 
 
-def gguf_step(folder: str, scheme: str = GGUF_SCHEME):
+def gguf_step(folder: str, scheme: str = GGUF_SCHEME) -> GGUFReport:
     """Write the demo's GGUF model (:data:`GGUF_MODEL`) into ``folder`` and convert it with ``scheme``.
 
     Parameters
