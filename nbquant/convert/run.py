@@ -163,7 +163,7 @@ def _write_text(path: str, text: str) -> None:
 
 def _check(name: str, x: np.ndarray, out: dict, codec: Codec, full: bool) -> TensorReport:
     """SQNR and max abs error of the dequantized weight against ``x``, on every k-th row (all rows when ``full``)."""
-    n, k = x.shape
+    n, k = x.shape[0], math.prod(x.shape[1:])  # a decoded gpt-oss expert tensor is 3-D: experts as rows
     step = 1 if full else max(1, math.ceil(n * k / CHECK_ELEMENTS))
     chunk = max(1, (1 << 20) // k) * step
     signal = noise = 0.0
@@ -178,7 +178,7 @@ def _check(name: str, x: np.ndarray, out: dict, codec: Codec, full: bool) -> Ten
         noise += float(np.dot(e64, e64))
         worst = max(worst, float(np.abs(err).max()))
         rows += ref.shape[0]
-    return TensorReport(name, codec.scheme.name, (n, k), str(x.dtype), sqnr_db(signal, noise), worst, rows)
+    return TensorReport(name, codec.scheme.name, tuple(x.shape), str(x.dtype), sqnr_db(signal, noise), worst, rows)
 
 
 def _warm_up(codec: Codec, dtypes: set, decoded: Decoded | None = None) -> threading.Thread:
