@@ -128,7 +128,7 @@ def _plan(ckpt: Checkpoint, codec: Codec, ignore: list[str],
                     codec.check(item.name, e.numpy_dtype if e.numpy_dtype is not None else e.dtype, item.shape)
                     module = item.name.rpartition(".")[0]
                     quantized[item.name] = module
-                    entries += [(f"{module}.{suffix}", dt, shape) for suffix, dt, shape in
+                    entries += [(_written(item.name, suffix, codec), dt, shape) for suffix, dt, shape in
                                 codec.entries(item.shape, e.numpy_dtype)]
                 else:
                     entries.append((item.name, e.dtype, item.shape))
@@ -140,6 +140,12 @@ def _plan(ckpt: Checkpoint, codec: Codec, ignore: list[str],
             seen.add(out_name)
         plans[shard] = ShardPlan(entries, shard_items, quantized, sources)
     return plans, sel
+
+
+def _written(name: str, suffix: str, codec: Codec) -> str:
+    """The output name of tensor ``suffix`` of weight ``name``: its module's, or for BF16/F16/F32 the weight's own
+    (a decoded gpt-oss ``experts.gate_up_proj``)."""
+    return name if codec.format == "dense" else f"{name.rpartition('.')[0]}.{suffix}"
 
 
 def _stamp(ckpt: Checkpoint, scheme_name: str, ignore: list[str], default_ignore: bool = True) -> dict:
@@ -255,7 +261,7 @@ def _quantize_shard(writer: ShardWriter, plan: ShardPlan, codec: Codec, report: 
         except ConvertError as e:
             raise _in_file(plan, item, e) from None
         for suffix, arr in out.items():
-            writer.write(f"{plan.quantized[item.name]}.{suffix}", arr)
+            writer.write(_written(item.name, suffix, codec), arr)
         report.quantized.append(_check(item.name, x, out, codec, check[1]) if check[0] else
                                 TensorReport(item.name, codec.scheme.name, item.shape, str(x.dtype), math.nan,
                                              math.nan, 0))
