@@ -433,7 +433,7 @@ def test_dense_target_keeps_fused_moe_tensors_whole(tmp_path):
 
 GPTOSS_QC = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
                                                                 "model.embed_tokens", "lm_head"]}
-E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
+E2M1_SIGNED = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])  # transformers' FP4_VALUES: -0 is -0
 
 
 def gptoss(folder, plain: dict | None = None, config: dict | None = None, experts=4, hidden=64, inter=64,
@@ -458,7 +458,7 @@ def gptoss(folder, plain: dict | None = None, config: dict | None = None, expert
 def gptoss_by_hand(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
     """``e2m1(code) * 2**(scale - 127)`` in float64, codes low nibble first, each expert transposed: ``[E, K, R]``."""
     codes = np.stack([blocks & 0xF, blocks >> 4], axis=-1).reshape(*scales.shape, 32)
-    v = E2M1[codes] * np.exp2(scales.astype(np.float64) - 127)[..., None]
+    v = E2M1_SIGNED[codes] * np.exp2(scales.astype(np.float64) - 127)[..., None]
     return v.reshape(blocks.shape[0], blocks.shape[1], -1).transpose(0, 2, 1)
 
 
