@@ -431,9 +431,11 @@ def test_dense_target_keeps_fused_moe_tensors_whole(tmp_path):
     assert raw(out["model.layers.0.mlp.experts.gate_up_proj"]) == raw(fused)
 
 
-GPTOSS_QC = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
-                                                                "model.embed_tokens", "lm_head"]}
-E2M1_SIGNED = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])  # transformers' FP4_VALUES: -0 is -0
+GPTOSS_QC = {"quant_method": "mxfp4",
+             "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+                                        "lm_head"]}
+#: transformers' FP4_VALUES: the -0 code is -0 (modelopt's E2M1 above makes it +0).
+E2M1_SIGNED = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
 
 
 def gptoss(folder, plain: dict | None = None, config: dict | None = None, experts=4, hidden=64, inter=64,
