@@ -429,3 +429,117 @@ def test_dense_target_keeps_fused_moe_tensors_whole(tmp_path):
     out = tensors_of(tmp_path / "out")
     assert sorted(out) == ["model.layers.0.mlp.experts.gate_up_proj", "model.layers.0.mlp.up_proj.weight"]
     assert raw(out["model.layers.0.mlp.experts.gate_up_proj"]) == raw(fused)
+
+
+GPTOSS_QC = {"quant_method": "mxfp4",
+             "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+                                        "lm_head"]}
+#: transformers' FP4_VALUES: the -0 code is -0 (modelopt's E2M1 above makes it +0).
+E2M1_SIGNED = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
+
+
+def gptoss(folder, plain: dict | None = None, config: dict | None = None, experts=4, hidden=64, inter=64,
+           layers=1) -> tuple[str, dict]:
+    """A gpt-oss mxfp4 checkpoint: ``plain`` tensors (default a norm) and each layer's experts as blocks and scales."""
+    rng = np.random.default_rng(6)
+    t = dict(plain if plain is not None else {"model.norm.weight": np.ones(hidden, BF16)})
+    for layer in range(layers):
+        m = f"model.layers.{layer}.mlp.experts."
+        for proj, r, k in (("gate_up_proj", 2 * inter, hidden), ("down_proj", hidden, inter)):
+            t[m + proj + "_blocks"] = rng.integers(0, 256, (experts, r, k // 32, 16), dtype=np.uint8)
+            t[m + proj + "_scales"] = rng.integers(119, 125, (experts, r, k // 32), dtype=np.uint8)
+            t[m + proj + "_bias"] = rng.standard_normal((experts, r)).astype(BF16)
+    os.makedirs(folder, exist_ok=True)
+    _write_shard(folder, t)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(dict(config or {"model_type": "gpt_oss", "torch_dtype": "bfloat16"}, quantization_config=GPTOSS_QC),
+                  f)
+    return str(folder), t
+
+
+def gptoss_by_hand(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """``e2m1(code) * 2**(scale - 127)`` in float64, codes low nibble first, each expert transposed: ``[E, K, R]``."""
+    codes = np.stack([blocks & 0xF, blocks >> 4], axis=-1).reshape(*scales.shape, 32)
+    v = E2M1_SIGNED[codes] * np.exp2(scales.astype(np.float64) - 127)[..., None]
+    return v.reshape(blocks.shape[0], blocks.shape[1], -1).transpose(0, 2, 1)
+
+
+@pytest.mark.parametrize("target,dtype", [("BF16", BF16), ("F16", np.float16), ("F32", np.float32)])
+def test_gptoss_experts_decoded_under_transformers_names(tmp_path, target, dtype):
+    src, t = gptoss(tmp_path / "src", layers=2)
+    r = convert(src, tmp_path / "out", target, progress=False)
+    out = tensors_of(tmp_path / "out")
+    experts = [f"model.layers.{i}.mlp.experts.{p}" for i in range(2) for p in ("gate_up_proj", "down_proj")]
+    assert sorted(out) == sorted([*experts, *(n + "_bias" for n in experts), "model.norm.weight"])
+    assert sorted(x.name for x in r.quantized) == sorted(experts)
+    assert {x.encoding for x in r.quantized} == {"decoded"} and {x.sqnr_db for x in r.quantized} == {np.inf}
+    for n in experts:
+        want = gptoss_by_hand(t[n + "_blocks"], t[n + "_scales"])  # exact in float32: rounded once to dtype
+        assert out[n].shape == want.shape and out[n].dtype == dtype
+        assert raw(out[n]) == raw(want.astype(np.float32).astype(dtype)), n
+    assert out[experts[0]].shape == (4, 64, 128) and out[experts[1]].shape == (4, 64, 64)  # [E, H, 2I], [E, I, H]
+    for n in set(out) - set(experts):
+        assert raw(out[n]) == raw(t[n])
+    assert json.loads((tmp_path / "out" / "config.json").read_text()) == {"model_type": "gpt_oss",
+                                                                          "torch_dtype": "bfloat16"}
+
+
+def test_gptoss_edge_codes_and_scales_by_hand():
+    from nbquant.convert.sources.gptoss import decode_experts
+
+    blocks = np.zeros((2, 4, 1, 16), np.uint8)
+    blocks[..., 0] = 0x21  # +0.5, +1
+    blocks[..., 1] = 0x08  # +0, -0
+    blocks[..., 2] = 0xF9  # -0.5, -6
+    scales = np.array([[[0], [255], [127], [254]], [[1], [128], [126], [200]]], np.uint8)
+    f32 = decode_experts(blocks, scales, np.float32)
+    assert f32.shape == (2, 32, 4)
+    assert f32[0, :6, 0].tolist() == [2.0 ** -128, 2.0 ** -127, 0, 0, -(2.0 ** -128), -6 * 2.0 ** -127]  # scale 0
+    # scale 255 is 2**128 as torch.ldexp takes it (OCP MX: NaN): ±0 stays, 0.5 → 2**127, larger → inf
+    assert f32[0, :6, 1].tolist() == [2.0 ** 127, np.inf, 0, 0, -(2.0 ** 127), -np.inf]
+    assert np.signbit(f32[:, 2, :]).all() and not np.signbit(f32[:, 3, :]).any()  # -0 codes stay -0
+    assert f32[1, :6, 1].tolist() == [1, 2, 0, 0, -1, -12]
+    f16 = decode_experts(blocks, scales, np.float16)
+    assert f16[0, :2, 0].tolist() == [0, 0] and np.signbit(f16[0, 4, 0])  # below float16's range: ±0
+    assert f16[1, :6, 3].tolist() == [np.inf, np.inf, 0, 0, -np.inf, -np.inf]  # 0.5 * 2**73: inf
+    assert raw(decode_experts(blocks, scales, BF16)) == raw(f32.astype(BF16))  # bfloat16 has float32's range
+    assert raw(decode_experts(blocks, scales, np.float32, slice(1, 2))) == raw(f32[1:])
+
+
+def test_gptoss_to_a_quantized_scheme_is_refused(tmp_path):
+    src, _ = gptoss(tmp_path / "src")
+    with pytest.raises(ConvertError, match=r"scheme W4A16: a gpt-oss mxfp4 checkpoint converts to BF16, F16 or F32 "
+                                           r"only \(its fused gate_up_proj experts are stored transposed"):
+        convert(src, tmp_path / "out", "W4A16", progress=False)
+    assert not os.path.exists(tmp_path / "out")
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda t: t.pop("model.layers.0.mlp.experts.down_proj_scales"),
+     r"tensor model.layers.0.mlp.experts.down_proj_scales: missing \(gpt-oss mxfp4 experts store down_proj_blocks "
+     r"and down_proj_scales\)"),
+    (lambda t: t.update({"model.layers.0.mlp.experts.down_proj_scales":
+                         t["model.layers.0.mlp.experts.down_proj_scales"].astype(np.float32)}),
+     r"tensor model.layers.0.mlp.experts.down_proj_scales has dtype F32 shape \[4, 64, 2\]; the scales of "
+     r"model.layers.0.mlp.experts.down_proj_blocks are U8 \[4, 64, 2\]"),
+    (lambda t: t.update({"model.layers.0.mlp.experts.gate_up_proj_blocks":
+                         t["model.layers.0.mlp.experts.gate_up_proj_blocks"].reshape(4, 128, 4, 8)}),
+     r"tensor model.layers.0.mlp.experts.gate_up_proj_blocks has dtype U8 shape \[4, 128, 4, 8\]; gpt-oss mxfp4 "
+     r"blocks are U8 \[experts, rows, K/32, 16\]"),
+    (lambda t: t.update({"model.layers.0.mlp.experts.gate_up_proj_scales":
+                         t["model.layers.0.mlp.experts.gate_up_proj_scales"][:, :64]}),
+     r"has dtype U8 shape \[4, 64, 2\]; the scales of model.layers.0.mlp.experts.gate_up_proj_blocks are "
+     r"U8 \[4, 128, 2\]"),
+    (lambda t: [t.pop(n) for n in list(t) if "_blocks" in n or "_scales" in n],
+     r"quant_method 'mxfp4' but no tensor \*_blocks / \*_scales of gate_up_proj or down_proj"),
+])
+def test_gptoss_bad_tensors_are_one_line(tmp_path, edit, message):
+    src, t = gptoss(tmp_path / "good")
+    edit(t)
+    bad = tmp_path / "bad"
+    os.makedirs(bad)
+    _write_shard(bad, t)
+    (bad / "config.json").write_text(json.dumps({"model_type": "gpt_oss", "quantization_config": GPTOSS_QC}))
+    with pytest.raises(ConvertError, match=message) as e:
+        convert(bad, tmp_path / "out", "BF16", progress=False)
+    assert "\n" not in str(e.value) and not os.path.exists(tmp_path / "out")

@@ -5,6 +5,10 @@
   scheme parsed from the source's own ``quantization_config``; and, for W4A16 (MoE too),
   against the weights transformers loads with ``run_compressed=False``.
 * modelopt exports: NVFP4 and FP8 against ``NVFP4QTensor.dequantize`` / ``FP8QTensor.dequantize``.
+* gpt-oss (``quant_method: "mxfp4"``): each expert tensor against transformers'
+  ``convert_moe_packed_tensors`` (every scale 0-255, every code), and the BF16 output loaded by
+  transformers 5 as a plain ``GptOssForCausalLM``: the logits of the mxfp4 source loaded with
+  ``Mxfp4Config(dequantize=True)``.
 * DeepSeek-V3 style FP8 blocks (``weight_scale_inv``, ragged edge blocks): against a torch
   reimplementation of DeepSeek's ``weight_dequant`` (each code times its block's scale in float32,
   stored as bfloat16).
@@ -18,7 +22,17 @@ import warnings
 
 import numpy as np
 import pytest
-from test_convert_sources import _fp8_codes, _write, deepseek, modelopt_nvfp4, per_tensor_fp8, tensors_of
+from test_convert_sources import (
+    BF16,
+    _fp8_codes,
+    _write,
+    _write_shard,
+    deepseek,
+    gptoss,
+    modelopt_nvfp4,
+    per_tensor_fp8,
+    tensors_of,
+)
 
 from nbquant.convert import convert, write_synthetic_checkpoint
 
@@ -167,3 +181,58 @@ def test_float16_source_f16_equals_compressed_tensors_decompress(tmp_path, schem
     for name, t in theirs.items():
         assert t.dtype == torch.float16, name
         assert t.contiguous().view(torch.int16).numpy().tobytes() == ours[name].view(np.int16).tobytes(), name
+
+
+GPTOSS_TORCH = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+
+
+@pytest.mark.parametrize("target", ["BF16", "F16", "F32"])
+def test_gptoss_equals_convert_moe_packed_tensors(tmp_path, target):
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    src, t = gptoss(tmp_path / "src", experts=3, hidden=64, inter=96)
+    rng = np.random.default_rng(7)
+    for n in t:
+        if n.endswith("_scales"):  # every scale, 0 and 255 included; the blocks hold every code
+            t[n][...] = rng.permutation(np.resize(np.arange(256, dtype=np.uint8), t[n].size)).reshape(t[n].shape)
+    _write_shard(src, t)
+    convert(src, tmp_path / "out", target, progress=False)
+    out = tensors_of(tmp_path / "out")
+    dtype = getattr(torch, GPTOSS_TORCH[target])
+    for proj in ("gate_up_proj", "down_proj"):
+        n = f"model.layers.0.mlp.experts.{proj}"
+        theirs = convert_moe_packed_tensors(torch.from_numpy(t[n + "_blocks"]), torch.from_numpy(t[n + "_scales"]),
+                                            dtype=dtype)
+        assert tuple(theirs.shape) == out[n].shape
+        assert theirs.contiguous().view(torch.uint8).numpy().tobytes() == np.ascontiguousarray(out[n]).tobytes(), n
+
+
+def test_gptoss_bf16_loads_as_plain_gpt_oss_with_the_dequantized_logits(tmp_path):
+    from transformers import GptOssConfig, GptOssForCausalLM, Mxfp4Config
+
+    cfg = GptOssConfig(vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=2, num_key_value_heads=1, head_dim=32, num_local_experts=4,
+                       num_experts_per_tok=2, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+                       max_position_embeddings=4096)
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = GptOssForCausalLM(cfg).to(torch.bfloat16)
+    plain = {k: v.contiguous().view(torch.int16).numpy().view(BF16) for k, v in model.state_dict().items()
+             if ".experts." not in k}
+    config = {k: v for k, v in cfg.to_dict().items() if k != "quantization_config"}
+    src, _ = gptoss(tmp_path / "src", plain=plain, config=dict(config, torch_dtype="bfloat16"), layers=2)
+    convert(src, tmp_path / "bf16", "BF16", progress=False)
+    ids = torch.tensor([[1, 5, 9, 100, 3, 7, 64, 2, 11, 90, 4, 33]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours, info = GptOssForCausalLM.from_pretrained(tmp_path / "bf16", dtype=torch.bfloat16,
+                                                       output_loading_info=True)
+        theirs = GptOssForCausalLM.from_pretrained(src, dtype=torch.bfloat16,
+                                                   quantization_config=Mxfp4Config(dequantize=True))
+    assert not any(info.values()), info  # no missing, unexpected or mismatched keys
+    assert "quantization_config" not in json.loads((tmp_path / "bf16" / "config.json").read_text())
+    for name, p in theirs.state_dict().items():
+        assert _bits(p) == _bits(ours.state_dict()[name]), name
+    with torch.no_grad():
+        assert torch.equal(ours(ids).logits, theirs(ids).logits)

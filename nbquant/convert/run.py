@@ -128,7 +128,7 @@ def _plan(ckpt: Checkpoint, codec: Codec, ignore: list[str],
                     codec.check(item.name, e.numpy_dtype if e.numpy_dtype is not None else e.dtype, item.shape)
                     module = item.name.rpartition(".")[0]
                     quantized[item.name] = module
-                    entries += [(f"{module}.{suffix}", dt, shape) for suffix, dt, shape in
+                    entries += [(_written(item.name, suffix, codec), dt, shape) for suffix, dt, shape in
                                 codec.entries(item.shape, e.numpy_dtype)]
                 else:
                     entries.append((item.name, e.dtype, item.shape))
@@ -140,6 +140,12 @@ def _plan(ckpt: Checkpoint, codec: Codec, ignore: list[str],
             seen.add(out_name)
         plans[shard] = ShardPlan(entries, shard_items, quantized, sources)
     return plans, sel
+
+
+def _written(name: str, suffix: str, codec: Codec) -> str:
+    """The output name of tensor ``suffix`` of weight ``name``: its module's, or for BF16/F16/F32 the weight's own
+    (a decoded gpt-oss ``experts.gate_up_proj``)."""
+    return name if codec.format == "dense" else f"{name.rpartition('.')[0]}.{suffix}"
 
 
 def _stamp(ckpt: Checkpoint, scheme_name: str, ignore: list[str], default_ignore: bool = True) -> dict:
@@ -163,7 +169,7 @@ def _write_text(path: str, text: str) -> None:
 
 def _check(name: str, x: np.ndarray, out: dict, codec: Codec, full: bool) -> TensorReport:
     """SQNR and max abs error of the dequantized weight against ``x``, on every k-th row (all rows when ``full``)."""
-    n, k = x.shape
+    n, k = x.shape[0], math.prod(x.shape[1:])  # a decoded gpt-oss expert tensor is 3-D: experts as rows
     step = 1 if full else max(1, math.ceil(n * k / CHECK_ELEMENTS))
     chunk = max(1, (1 << 20) // k) * step
     signal = noise = 0.0
@@ -178,7 +184,7 @@ def _check(name: str, x: np.ndarray, out: dict, codec: Codec, full: bool) -> Ten
         noise += float(np.dot(e64, e64))
         worst = max(worst, float(np.abs(err).max()))
         rows += ref.shape[0]
-    return TensorReport(name, codec.scheme.name, (n, k), str(x.dtype), sqnr_db(signal, noise), worst, rows)
+    return TensorReport(name, codec.scheme.name, tuple(x.shape), str(x.dtype), sqnr_db(signal, noise), worst, rows)
 
 
 def _warm_up(codec: Codec, dtypes: set, decoded: Decoded | None = None) -> threading.Thread:
@@ -255,7 +261,7 @@ def _quantize_shard(writer: ShardWriter, plan: ShardPlan, codec: Codec, report: 
         except ConvertError as e:
             raise _in_file(plan, item, e) from None
         for suffix, arr in out.items():
-            writer.write(f"{plan.quantized[item.name]}.{suffix}", arr)
+            writer.write(_written(item.name, suffix, codec), arr)
         report.quantized.append(_check(item.name, x, out, codec, check[1]) if check[0] else
                                 TensorReport(item.name, codec.scheme.name, item.shape, str(x.dtype), math.nan,
                                              math.nan, 0))

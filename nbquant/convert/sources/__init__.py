@@ -1,4 +1,4 @@
-"""Quantized checkpoints in: ``nbquant convert`` reads compressed-tensors, FP8-block and modelopt checkpoints.
+"""Quantized checkpoints in: ``nbquant convert`` reads compressed-tensors, FP8-block, modelopt and gpt-oss checkpoints.
 
 * :mod:`.formats`: the formats read, from the source's ``quantization_config`` (no flag), each a
   :class:`~nbquant.convert.schemes.Scheme` decoded by the existing codec of its format.
@@ -7,6 +7,7 @@
 * :mod:`.exact`: the targets that hold the source's codes and scales unchanged, re-encoded without
   rounding (:func:`reencode`).
 * :mod:`.modelopt`: modelopt's NVFP4 and FP8 exports (``hf_quant_config.json``).
+* :mod:`.gptoss`: gpt-oss' MXFP4 experts (``quant_method: "mxfp4"``), to BF16/F16/F32 only.
 * :mod:`.dense`: the ``BF16`` / ``F16`` / ``F32`` targets (a plain Hugging Face checkpoint).
 
 See docs/convert.md, "Quantized checkpoints in".
@@ -42,7 +43,7 @@ def encode(x: object, codec: Codec) -> dict[str, np.ndarray] | None:
     """The exact re-encoding of weight ``x`` into ``codec``'s tensors, or None.
 
     None for a plain array (an unquantized source), or a :class:`Decoded` weight whose format
-    ``codec`` cannot hold unchanged (:func:`reencode` on its source tensors).
+    ``codec`` cannot hold unchanged (:func:`reencode` on its source tensors), or a BF16/F16/F32 ``codec``.
 
     Examples
     --------
@@ -52,7 +53,7 @@ def encode(x: object, codec: Codec) -> dict[str, np.ndarray] | None:
     >>> encode(np.ones((2, 128), np.float32), codec_for(get_scheme("W4A16"))) is None
     True
     """
-    if not isinstance(x, Decoded):
+    if not isinstance(x, Decoded) or codec.format == "dense":
         return None
     return reencode(x.fmt, x.tensors, x.shape, codec, x.dtype)
 

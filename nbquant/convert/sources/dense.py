@@ -16,6 +16,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import ml_dtypes
@@ -37,7 +38,11 @@ class Dense(Codec):
 
     format = "dense"
 
-    def entries(self, shape: tuple[int, int], dtype: np.dtype) -> list[Entry]:
+    def check(self, name: str, dtype: np.dtype | str, shape: tuple[int, ...]) -> None:
+        """:meth:`Codec.check` of the weight as 2-D: a decoded weight may be 3-D (gpt-oss' fused experts)."""
+        super().check(name, dtype, (math.prod(shape[:-1]), shape[-1]))
+
+    def entries(self, shape: tuple[int, ...], dtype: np.dtype) -> list[Entry]:
         return [("weight", dtype_name(dtype), tuple(shape))]
 
     def quantize(self, x: np.ndarray, ctx: Context) -> dict[str, np.ndarray]:

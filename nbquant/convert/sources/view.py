@@ -31,6 +31,7 @@ from .formats import (
     matching_group,
     packed_columns,
 )
+from .gptoss import gptoss_experts
 from .modelopt import modelopt_format
 
 __all__ = ["Decoded", "DecodedFile", "open_source", "decoded_names", "HF_QUANT_CONFIG"]
@@ -52,12 +53,15 @@ class Decoded:
         The decoded dtype.
     """
 
-    ndim = 2
-
     def __init__(self, name: str, fmt: SourceFormat, found: Mapping[str, np.ndarray], shape: tuple[int, int],
                  dtype: np.dtype) -> None:
         self.name, self.fmt, self.shape, self.dtype = name, fmt, tuple(shape), np.dtype(dtype)
         self.found = dict(found)
+
+    @property
+    def ndim(self) -> int:
+        """2, or 3 for fused MoE experts (gpt-oss)."""
+        return len(self.shape)
 
     @property
     def tensors(self) -> dict[str, np.ndarray]:
@@ -233,6 +237,9 @@ def open_source(ckpt: Checkpoint, target: Scheme) -> Checkpoint:
     for name, shard in ckpt.weight_map.items():
         module, _, suffix = name.rpartition(".")
         by_module.setdefault(module, {})[suffix] = (ckpt.shards[shard], name)
+    if isinstance(qc, Mapping) and qc.get("quant_method") == "mxfp4":  # gpt-oss
+        dtype = DENSE_DTYPES.get(target.name, DENSE_DTYPES["BF16"])
+        return _view(ckpt, *gptoss_experts(by_module, qc, target, cfg_path, dtype), other)
     quantized = [m for m, p in by_module.items() if "weight_packed" in p or
                  ("weight" in p and ("weight_scale" in p or "weight_scale_inv" in p))]
     if not quantized:
@@ -255,6 +262,12 @@ def open_source(ckpt: Checkpoint, target: Scheme) -> Checkpoint:
     gone = {n for m in quantized for s, (_, n) in by_module[m].items() if s in CONSUMED}
     if drop_kv:
         gone |= {n for n in ckpt.weight_map if n.rpartition(".")[2] in ("k_scale", "v_scale", "q_scale")}
+    return _view(ckpt, decoded, virtual, gone, other)
+
+
+def _view(ckpt: Checkpoint, decoded: dict[str, tuple], virtual: dict[str, tuple[str, TensorEntry]], gone: set[str],
+          other: list[str]) -> Checkpoint:
+    """``ckpt`` with each tensor of ``virtual`` replaced by its decoded weight and the tensors ``gone`` dropped."""
     shards, weight_map = {}, {}
     for shard, f in ckpt.shards.items():
         entries: dict[str, TensorEntry] = {}
