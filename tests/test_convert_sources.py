@@ -514,6 +514,23 @@ def test_gptoss_to_a_quantized_scheme_is_refused(tmp_path):
     assert not os.path.exists(tmp_path / "out")
 
 
+def test_plain_gptoss_experts_are_kept_whole_not_cut_as_gate_then_up(tmp_path):
+    """A plain (BF16) gpt-oss checkpoint to W4A16: its [E, H, 2I] interleaved experts are not cut per expert as
+    llm-compressor's split would (gate rows then up rows); as 3-D tensors they are kept, byte for byte."""
+    q = "model.layers.0.self_attn.q_proj.weight"
+    src, _ = gptoss(tmp_path / "src", plain={q: np.random.default_rng(2).standard_normal((64, 128)).astype(BF16)})
+    convert(src, tmp_path / "bf16", "BF16", progress=False)
+    r = convert(tmp_path / "bf16", tmp_path / "w4", "W4A16", progress=False)
+    experts = "model.layers.0.mlp.experts.gate_up_proj"
+    assert [t.name for t in r.quantized] == [q]
+    assert {s["name"]: s["reason"] for s in r.skipped}[experts] == "not a weight (gate_up_proj)"
+    bf16, w4 = SafetensorsFile(str(tmp_path / "bf16" / "model.safetensors")), \
+        SafetensorsFile(str(tmp_path / "w4" / "model.safetensors"))
+    assert w4.entries[experts].shape == (4, 64, 128)
+    assert raw(w4.tensor(experts)) == raw(bf16.tensor(experts))
+    assert not any(".experts.0." in n for n in w4.entries)
+
+
 @pytest.mark.parametrize("edit,message", [
     (lambda t: t.pop("model.layers.0.mlp.experts.down_proj_scales"),
      r"tensor model.layers.0.mlp.experts.down_proj_scales: missing \(gpt-oss mxfp4 experts store down_proj_blocks "

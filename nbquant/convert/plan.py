@@ -41,7 +41,7 @@ from .safetensors import ConvertError, SafetensorsFile
 from .untrusted_json import UntrustedJSONError, loads
 
 __all__ = ["Checkpoint", "Item", "open_checkpoint", "is_within", "trusted_roots", "matches", "skip_reason",
-           "dependencies", "jobs", "fused_groups", "items"]
+           "dependencies", "jobs", "fused_groups", "items", "UNSPLIT_MODEL_TYPES"]
 
 #: Primary weight pattern → its partners (llm-compressor's ``DEFAULT_FUSED_MAPPINGS``).
 FUSED_PARTNERS: dict[str, list[str]] = {
@@ -360,6 +360,10 @@ def fused_groups(names: Iterable[str]) -> list[list[str]]:
     return groups
 
 
+#: Models whose 3-D expert tensors are not the layout :func:`items` cuts (``[E, 2I, H]``, gate rows then up rows):
+#: gpt-oss stores ``gate_up_proj`` as ``[E, H, 2I]`` with gate and up columns interleaved, so its experts are never
+#: cut; they are kept as they are (their names end in ``gate_up_proj``/``down_proj``: not a Linear ``weight``).
+UNSPLIT_MODEL_TYPES = frozenset({"gpt_oss"})
 #: 3-D fused MoE tensors → the per-expert projections they are cut into (``split_fused_moe_experts``).
 MOE_SPLITS: dict[str, list[str]] = {"gate_up_proj": ["gate_proj", "up_proj"], "down_proj": ["down_proj"]}
 

@@ -28,7 +28,7 @@ from ..threads import thread_limit
 from .arguments import check_arguments
 from .codecs import Codec, WeightError, dequantize_weight, quantize_weight
 from .destination import STAMP, check_destination, copy_into, prepare_destination
-from .plan import Checkpoint, Item, fused_groups, items, jobs, open_checkpoint
+from .plan import UNSPLIT_MODEL_TYPES, Checkpoint, Item, fused_groups, items, jobs, open_checkpoint
 from .policy import Selection, select
 from .report import Progress, Report, TensorReport, sqnr_db
 from .safetensors import BITS, ConvertError, SafetensorsFile, ShardWriter, layout, sync_dir
@@ -109,7 +109,8 @@ def _plan(ckpt: Checkpoint, codec: Codec, ignore: list[str],
           default_ignore: bool) -> tuple[dict[str, ShardPlan], Selection]:
     """Every output shard, planned, and what is kept: every bad weight or ignore pattern raises here, before
     anything is written. A BF16/F16/F32 scheme writes the decoded weights of a quantized source, and keeps the rest."""
-    split = items if codec.format != "dense" else lambda n, s: [Item(n, n, tuple(s))]  # dense: no tensor cut up
+    whole = codec.format == "dense" or ckpt.config.get("model_type") in UNSPLIT_MODEL_TYPES  # no tensor cut up
+    split = (lambda n, s: [Item(n, n, tuple(s))]) if whole else items
     cut = {shard: [(name, split(name, ckpt.shards[ckpt.weight_map[name]].entries[name].shape)) for name in names]
            for shard, names in jobs(ckpt, fused=codec.fused).items()}
     sel = select(ckpt.config, {i.name: i.shape for job in cut.values() for _, its in job for i in its}, ignore,
