@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...layout import canonical_views
+from ...modes import ScaleOp
 from .._views import kernel_float_view, output_float_like
 from . import elementwise as kernels
 from . import floats
@@ -37,13 +38,20 @@ class StaticOps:
                 kernel = floats.quantize_float_packed_kernel if spec.packed else floats.quantize_float_kernel
                 kernel(x3, s3, int(spec.scale_op), fmt.fp_params, spec.saturate, bp, br, bc, tile, o3)
                 continue
+            qmin, qmax = np.float32(spec.qmin), np.float32(spec.qmax)
+            if spec.scale_op == ScaleOp.DIVIDE and not has_zp and (bc > 1 or x3.shape[2] == 1):
+                # the default mode: its own kernel (one loop to compile, not six)
+                if spec.packed:
+                    kernels.quantize_packed_kernel(x3, s3, qmin, qmax, fmt.bits, bp, br, bc, tile, o3)
+                else:
+                    kernels.quantize_kernel(x3, s3, qmin, qmax, fmt.mask, bp, br, bc, tile, o3)
+                continue
             zp3 = z3[0] if has_zp else _zero_points(s3, bc)
-            args = (x3, s3, zp3, has_zp, int(spec.scale_op), spec.zero_point_before,
-                    np.float32(spec.qmin), np.float32(spec.qmax))
+            args = (x3, s3, zp3, has_zp, int(spec.scale_op), spec.zero_point_before, qmin, qmax)
             if spec.packed:
-                kernels.quantize_packed_kernel(*args, fmt.bits, bp, br, bc, tile, o3)
+                kernels.quantize_packed_modes_kernel(*args, fmt.bits, bp, br, bc, tile, o3)
             else:
-                kernels.quantize_kernel(*args, fmt.mask, bp, br, bc, tile, o3)
+                kernels.quantize_modes_kernel(*args, fmt.mask, bp, br, bc, tile, o3)
 
     def dequantize(self, q, scale, zero_point, spec, out) -> None:
         """Run the dequantize kernel over every canonical block of ``q``."""
