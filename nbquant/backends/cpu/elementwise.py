@@ -267,11 +267,30 @@ def quantize_packed_modes_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp
 
 
 @cpu_kernel
-def dequantize_kernel(part, parts, q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
-    """Dequantize unsigned code storage ``q`` (P, R, C) into ``out`` (float storage like ``like``).
+def dequantize_kernel(part, parts, q, scale, nbits, signed, bp, br, bc, tile, like, out):
+    """Dequantize unsigned code storage ``q`` (P, R, C) into ``out`` (float storage like ``like``), no zero point.
 
-    ``bc == 1`` needs ``zp`` of the scale's shape (zeros when absent).
+    The default mode alone (one loop to compile); :func:`dequantize_modes_kernel` holds the others.
     """
+    P, R, C = q.shape
+    ntiles = (C + tile - 1) // tile
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        g = quotient(c, bc)
+        while c < end:
+            stop = min((g + 1) * bc, end)
+            qs, os = q[p, r, c:stop], out[p, r, c:stop]
+            s = scale[sp, sr, g]
+            for i in range(qs.size):
+                os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), s, ZERO), like)
+            c = stop
+            g += 1
+
+
+@cpu_kernel
+def dequantize_modes_kernel(part, parts, q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
+    """:func:`dequantize_kernel` with a zero point, or any scale blocks (``bc == 1``: ``zp`` of the scale's shape)."""
     P, R, C = q.shape
     ntiles = (C + tile - 1) // tile
     first, last = part_range(P * R * ntiles, part, parts)
@@ -319,7 +338,27 @@ def _dequantize_bytes(qs, os, s, z, signed, like):
 
 
 @cpu_kernel
-def dequantize_packed_kernel(part, parts, q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
+def dequantize_packed_kernel(part, parts, q, scale, signed, bp, br, bc, tile, like, out):
+    """Dequantize packed 4-bit codes ``q`` (P, R, C / 2) into ``out`` (P, R, C), no zero point.
+
+    The default case alone: scale blocks of whole bytes (or one block per row), two strided
+    stores per byte; :func:`dequantize_packed_modes_kernel` holds the others.
+    """
+    P, R, C = out.shape
+    ntiles = (C + tile - 1) // tile
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        g = quotient(c, bc)
+        while c < end:
+            stop = min((g + 1) * bc, end)
+            _dequantize_bytes(q[p, r, c >> 1:stop >> 1], out[p, r, c:stop], scale[sp, sr, g], ZERO, signed, like)
+            c = stop
+            g += 1
+
+
+@cpu_kernel
+def dequantize_packed_modes_kernel(part, parts, q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
     """Dequantize packed bytes ``q`` (P, R, C / k) into ``out`` (P, R, C); blocks as in the packed quantize.
 
     4-bit codes: two strided stores per byte, per scale block. 2-bit codes go through a byte

@@ -67,6 +67,13 @@ class StaticOps:
                 kernel = floats.dequantize_float_packed_kernel if spec.packed else floats.dequantize_float_kernel
                 kernel(q3, s3, fmt.fp_params, bp, br, bc, tile, like, o3)
                 continue
+            if not has_zp and (bc > 1 or o3.shape[2] == 1):  # the default mode: its own kernels (one loop each)
+                if not spec.packed:
+                    kernels.dequantize_kernel(q3, s3, fmt.bits, fmt.signed, bp, br, bc, tile, like, o3)
+                    continue
+                if fmt.bits == 4 and (bc % 2 == 0 or bc >= o3.shape[2]):
+                    kernels.dequantize_packed_kernel(q3, s3, fmt.signed, bp, br, bc, tile, like, o3)
+                    continue
             zp3 = z3[0] if has_zp else _zero_points(s3, bc)
-            kernel = kernels.dequantize_packed_kernel if spec.packed else kernels.dequantize_kernel
+            kernel = kernels.dequantize_packed_modes_kernel if spec.packed else kernels.dequantize_modes_kernel
             kernel(q3, s3, zp3, has_zp, fmt.bits, fmt.signed, bp, br, bc, tile, like, o3)
