@@ -116,6 +116,19 @@ def quantize_kernel(part, parts, x, scale, qmin, qmax, mask, bp, br, bc, tile, o
 
 
 @cpu_kernel
+def quantize_tensor_kernel(part, parts, x, s, qmin, qmax, mask, out):
+    """Quantize the contiguous ``x`` (n,) with the one float32 scale ``s`` into ``out`` (n,): ``x / s``, no zero point.
+
+    Per-tensor quantization of a contiguous array (the front door's short path): one
+    contiguous range per part, and eight arguments for Numba's dispatcher to type.
+    """
+    first, last = part_range(x.size, part, parts)
+    xs, os = x[first:last], out[first:last]
+    for i in range(xs.size):
+        os[i] = code_bits(quantize_value(xs[i], s, NO_ZERO_POINT, ScaleOp.DIVIDE, False, qmin, qmax), mask)
+
+
+@cpu_kernel
 def quantize_modes_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, mask, bp, br, bc, tile,
                           out):
     """Quantize ``x`` (P, R, C) into unsigned code storage ``out`` (P, R, C) in any mode, any scale blocks.

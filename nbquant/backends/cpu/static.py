@@ -12,7 +12,7 @@ from ...modes import ScaleOp
 from .._views import kernel_float_view, output_float_like
 from . import elementwise as kernels
 from . import floats
-from ._kernel import row_tile
+from ._kernel import PART_BYTES, row_tile
 
 _NO_ZERO_POINT = np.zeros((1, 1, 1), np.float32)
 
@@ -52,6 +52,20 @@ class StaticOps:
                 kernels.quantize_packed_modes_kernel(*args, fmt.bits, bp, br, bc, tile, o3)
             else:
                 kernels.quantize_modes_kernel(*args, fmt.mask, bp, br, bc, tile, o3)
+
+    def quantize_per_tensor(self, x, s, fmt, qmin, qmax, out) -> None:
+        """:meth:`quantize` of a C-contiguous float32 ``x`` with one float32 scale ``s``, divide mode, no zero point.
+
+        The front door's short path (:func:`nbquant.api.quantize`): ``qmin``/``qmax`` are float32,
+        ``out`` is ``x``'s shape in the format's storage. A call below :data:`~._kernel.PART_BYTES` calls Numba's dispatcher
+        on the calling thread directly (no thread count, no worker thread).
+        """
+        xs, os = x.reshape(-1), out.reshape(-1)
+        args = (xs, s, qmin, qmax, fmt.mask, os)
+        if 8 * xs.size < PART_BYTES:  # float32 in, at most four bytes out: one part
+            kernels.quantize_tensor_kernel.dispatcher(0, 1, *args)
+        else:
+            kernels.quantize_tensor_kernel(*args)
 
     def dequantize(self, q, scale, zero_point, spec, out) -> None:
         """Run the dequantize kernel over every canonical block of ``q``."""
