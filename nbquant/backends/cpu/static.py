@@ -57,8 +57,8 @@ class StaticOps:
         """:meth:`quantize` of a C-contiguous float32 ``x`` with one float32 scale ``s``, divide mode, no zero point.
 
         The front door's short path (:func:`nbquant.api.quantize`): ``qmin``/``qmax`` are float32,
-        ``out`` is ``x``'s shape in the format's storage. A call below :data:`~._kernel.PART_BYTES` calls Numba's dispatcher
-        on the calling thread directly (no thread count, no worker thread).
+        ``out`` is ``x``'s shape in the format's storage. A call below :data:`~._kernel.PART_BYTES`
+        calls Numba's dispatcher on the calling thread directly (no thread count, no worker thread).
         """
         xs, os = x.reshape(-1), out.reshape(-1)
         args = (xs, s, qmin, qmax, fmt.mask, os)
