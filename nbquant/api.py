@@ -198,6 +198,9 @@ def quantize(
 #: Integer formats by the ``dtype`` strings :func:`_per_tensor` has seen: ``(format, qmin, qmax, storage)``,
 #: the bounds as float32.
 _PER_TENSOR_FORMATS: dict[str, tuple[QuantFormat, np.float32, np.float32, np.dtype]] = {}
+#: The types of a scale the short path takes, and the dtypes of a 0-d array scale it takes.
+_SCALAR_SCALES = (float, int, np.float32, np.float64)
+_ARRAY_SCALES = (np.dtype(np.float32), np.dtype(np.float64))
 #: The largest finite float32 (FLT_MAX): a scale up to it converts to float32 without overflow.
 _F32_MAX = float(np.finfo(np.float32).max)
 
@@ -207,16 +210,20 @@ def _per_tensor(x, scale, dtype, backend: str | None) -> np.ndarray | None:
 
     A plain call (the caller checked the keyword arguments are the defaults) quantizes an
     aligned, writeable, C-contiguous float32 NumPy array to an integer format named by a
-    string, with one Python or NumPy scalar scale in ``(0, FLT_MAX]`` that float32 keeps
-    nonzero, on a backend that has a per-tensor kernel (``cpu``). It skips the layout, the
-    placement and the spec, which cost most of a small call (4096 elements: 25 µs before
-    this path, against 4.6 µs for onnxruntime's ``QuantizeLinear``; docs/performance.md),
-    and gives the same codes. Anything else is ``None``: the general path checks and runs it.
+    string, with one Python or NumPy scalar scale (or 0-d float32/float64 array) in
+    ``(0, FLT_MAX]`` that float32 keeps nonzero, on a backend that has a per-tensor kernel
+    (``cpu``). It skips the layout, the placement and the spec, which cost most of a small
+    call (4096 elements: 25 µs before this path, against 4.6 µs for onnxruntime's
+    ``QuantizeLinear``; docs/performance.md), and gives the same codes. Anything else is
+    ``None``: the general path checks and runs it.
     """
     if (type(x) is not np.ndarray or x.dtype != np.float32 or not x.size or not x.flags.carray  # aligned, writeable
-            or not isinstance(dtype, str)
-            or type(scale) not in (float, int, np.float32, np.float64)):
+            or not isinstance(dtype, str)):
         return None
+    if type(scale) not in _SCALAR_SCALES:
+        if type(scale) is not np.ndarray or scale.shape != () or scale.dtype not in _ARRAY_SCALES:
+            return None
+        scale = scale[()]  # a 0-d float32 or float64 array: its scalar
     known = _PER_TENSOR_FORMATS.get(dtype)
     if known is None:
         try:

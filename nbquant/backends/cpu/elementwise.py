@@ -91,7 +91,7 @@ def chunk_frame(chunk):
 
 
 @cpu_kernel
-def quantize_kernel(part, parts, x, scale, qmin, qmax, mask, bp, br, bc, tile, out):
+def quantize_blocks_kernel(part, parts, x, scale, qmin, qmax, mask, bp, br, bc, tile, out):
     """Quantize ``x`` (P, R, C) into unsigned code storage ``out`` (P, R, C): ``x / scale``, no zero point.
 
     The default mode, and the only loop this kernel holds, so a first call compiles one
@@ -116,7 +116,7 @@ def quantize_kernel(part, parts, x, scale, qmin, qmax, mask, bp, br, bc, tile, o
 
 
 @cpu_kernel
-def quantize_tensor_kernel(part, parts, x, s, qmin, qmax, mask, out):
+def quantize_kernel(part, parts, x, s, qmin, qmax, mask, out):
     """Quantize the contiguous ``x`` (n,) with the one float32 scale ``s`` into ``out`` (n,): ``x / s``, no zero point.
 
     Per-tensor quantization of a contiguous array (the front door's short path): one
@@ -157,7 +157,7 @@ def quantize_modes_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp_before
 # The general kernels call the helpers below with ``scale_op`` as a literal constant for the float32
 # ops, one call per value, so each inner loop is compiled for one scale op: the multiply path
 # never divides (a float32 divide costs more than the memory traffic on two cores). Divide mode
-# without a zero point (the default) has kernels of its own (:func:`quantize_kernel`,
+# without a zero point (the default) has kernels of its own (:func:`quantize_blocks_kernel`,
 # :func:`quantize_packed_kernel`): a first call compiles only the loops its kernel holds, and each
 # inlined loop costs about a second of compile time on 2 cores (the int8 kernel that held all seven
 # loops took 12 s of cpu to compile, 14 s wall on an idle machine).
@@ -210,7 +210,7 @@ PACK_CHUNK = 4096
 def quantize_packed_kernel(part, parts, x, scale, qmin, qmax, nbits, bp, br, bc, tile, out):
     """Quantize ``x`` (P, R, C) into packed bytes ``out`` (P, R, C / k): ``x / scale``, no zero point.
 
-    The default mode alone, as :func:`quantize_kernel`; :func:`quantize_packed_modes_kernel`
+    The default mode alone, as :func:`quantize_blocks_kernel`; :func:`quantize_packed_modes_kernel`
     holds the others. A work unit quantizes its tile in chunks of :data:`PACK_CHUNK` codes
     into a byte buffer, per scale block (blocks need not cover whole bytes), then packs each
     chunk with :func:`~nbquant.element.pack_byte_codes`, the first code in the low bits.

@@ -44,7 +44,7 @@ class StaticOps:
                 if spec.packed:
                     kernels.quantize_packed_kernel(x3, s3, qmin, qmax, fmt.bits, bp, br, bc, tile, o3)
                 else:
-                    kernels.quantize_kernel(x3, s3, qmin, qmax, fmt.mask, bp, br, bc, tile, o3)
+                    kernels.quantize_blocks_kernel(x3, s3, qmin, qmax, fmt.mask, bp, br, bc, tile, o3)
                 continue
             zp3 = z3[0] if has_zp else _zero_points(s3, bc)
             args = (x3, s3, zp3, has_zp, int(spec.scale_op), spec.zero_point_before, qmin, qmax)
@@ -63,9 +63,9 @@ class StaticOps:
         xs, os = x.reshape(-1), out.reshape(-1)
         args = (xs, s, qmin, qmax, fmt.mask, os)
         if 8 * xs.size < PART_BYTES:  # float32 in, at most four bytes out: one part
-            kernels.quantize_tensor_kernel.dispatcher(0, 1, *args)
+            kernels.quantize_kernel.dispatcher(0, 1, *args)
         else:
-            kernels.quantize_tensor_kernel(*args)
+            kernels.quantize_kernel(*args)
 
     def dequantize(self, q, scale, zero_point, spec, out) -> None:
         """Run the dequantize kernel over every canonical block of ``q``."""
