@@ -129,6 +129,23 @@ def quantize_kernel(part, parts, x, s, qmin, qmax, mask, out):
 
 
 @cpu_kernel
+def quantize_zp_kernel(part, parts, x, scale, zp, zp_before, qmin, qmax, mask, bp, br, bc, tile, out):
+    """:func:`quantize_blocks_kernel` with a zero point per scale block (asymmetric quantization): one loop."""
+    P, R, C = x.shape
+    ntiles = (C + tile - 1) // tile
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        g = quotient(c, bc)
+        while c < end:
+            stop = min((g + 1) * bc, end)
+            _quantize_block(x[p, r, c:stop], out[p, r, c:stop], scale[sp, sr, g], zp[sp, sr, g], ScaleOp.DIVIDE,
+                            zp_before, qmin, qmax, mask)
+            c = stop
+            g += 1
+
+
+@cpu_kernel
 def quantize_modes_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, mask, bp, br, bc, tile,
                           out):
     """Quantize ``x`` (P, R, C) into unsigned code storage ``out`` (P, R, C) in any mode, any scale blocks.
@@ -283,7 +300,8 @@ def quantize_packed_modes_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp
 def dequantize_kernel(part, parts, q, scale, nbits, signed, bp, br, bc, tile, like, out):
     """Dequantize unsigned code storage ``q`` (P, R, C) into ``out`` (float storage like ``like``), no zero point.
 
-    The default mode alone (one loop to compile); :func:`dequantize_modes_kernel` holds the others.
+    The default mode alone (one loop to compile); :func:`dequantize_zp_kernel` adds a zero point and
+    :func:`dequantize_columns_kernel` takes scale blocks of one column.
     """
     P, R, C = q.shape
     ntiles = (C + tile - 1) // tile
@@ -302,32 +320,37 @@ def dequantize_kernel(part, parts, q, scale, nbits, signed, bp, br, bc, tile, li
 
 
 @cpu_kernel
-def dequantize_modes_kernel(part, parts, q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
-    """:func:`dequantize_kernel` with a zero point, or any scale blocks (``bc == 1``: ``zp`` of the scale's shape)."""
+def dequantize_zp_kernel(part, parts, q, scale, zp, nbits, signed, bp, br, bc, tile, like, out):
+    """:func:`dequantize_kernel` with a zero point per scale block: one loop."""
     P, R, C = q.shape
     ntiles = (C + tile - 1) // tile
     first, last = part_range(P * R * ntiles, part, parts)
     for unit in range(first, last):
         p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        if bc == 1:
-            qs, ss, zs, os = q[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], out[p, r, c:end]
-            if has_zp:
-                for i in range(qs.size):
-                    os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), ss[i], zs[i]), like)
-            else:
-                for i in range(qs.size):
-                    os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), ss[i], ZERO), like)
-            continue
         g = quotient(c, bc)
         while c < end:
             stop = min((g + 1) * bc, end)
-            qs, os = q[p, r, c:stop], out[p, r, c:stop]
-            if has_zp:
-                _dequantize_block(qs, os, scale[sp, sr, g], zp[sp, sr, g], nbits, signed, like)
-            else:
-                _dequantize_block(qs, os, scale[sp, sr, g], ZERO, nbits, signed, like)
+            _dequantize_block(q[p, r, c:stop], out[p, r, c:stop], scale[sp, sr, g], zp[sp, sr, g], nbits, signed, like)
             c = stop
             g += 1
+
+
+@cpu_kernel
+def dequantize_columns_kernel(part, parts, q, scale, zp, has_zp, nbits, signed, bp, br, tile, like, out):
+    """:func:`dequantize_kernel` with scale blocks of one column (``bc == 1``): a scale and zero point (zeros when
+    absent) per element of a scale row."""
+    P, R, C = q.shape
+    ntiles = (C + tile - 1) // tile
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        qs, ss, zs, os = q[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], out[p, r, c:end]
+        if has_zp:
+            for i in range(qs.size):
+                os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), ss[i], zs[i]), like)
+        else:
+            for i in range(qs.size):
+                os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), ss[i], ZERO), like)
 
 
 #: The zero point of a dequantize without one: ``code - (+0.0)`` is ``code``, so the subtraction is compiled away.

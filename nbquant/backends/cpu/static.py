@@ -46,6 +46,10 @@ class StaticOps:
                 else:
                     kernels.quantize_blocks_kernel(x3, s3, qmin, qmax, fmt.mask, bp, br, bc, tile, o3)
                 continue
+            if spec.scale_op == ScaleOp.DIVIDE and has_zp and not spec.packed and (bc > 1 or x3.shape[2] == 1):
+                kernels.quantize_zp_kernel(x3, s3, z3[0], spec.zero_point_before, qmin, qmax, fmt.mask, bp, br, bc,
+                                           tile, o3)
+                continue
             zp3 = z3[0] if has_zp else _zero_points(s3, bc)
             args = (x3, s3, zp3, has_zp, int(spec.scale_op), spec.zero_point_before, qmin, qmax)
             if spec.packed:
@@ -81,13 +85,19 @@ class StaticOps:
                 kernel = floats.dequantize_float_packed_kernel if spec.packed else floats.dequantize_float_kernel
                 kernel(q3, s3, fmt.fp_params, bp, br, bc, tile, like, o3)
                 continue
-            if not has_zp and (bc > 1 or o3.shape[2] == 1):  # the default mode: its own kernels (one loop each)
-                if not spec.packed:
+            if not spec.packed and (bc > 1 or o3.shape[2] == 1):  # kernels of one loop each
+                if has_zp:
+                    kernels.dequantize_zp_kernel(q3, s3, z3[0], fmt.bits, fmt.signed, bp, br, bc, tile, like, o3)
+                else:
                     kernels.dequantize_kernel(q3, s3, fmt.bits, fmt.signed, bp, br, bc, tile, like, o3)
-                    continue
+                continue
+            if not has_zp and (bc > 1 or o3.shape[2] == 1):  # the default mode, packed: its own kernel
                 if fmt.bits == 4 and (bc % 2 == 0 or bc >= o3.shape[2]):
                     kernels.dequantize_packed_kernel(q3, s3, fmt.signed, bp, br, bc, tile, like, o3)
                     continue
             zp3 = z3[0] if has_zp else _zero_points(s3, bc)
-            kernel = kernels.dequantize_packed_modes_kernel if spec.packed else kernels.dequantize_modes_kernel
-            kernel(q3, s3, zp3, has_zp, fmt.bits, fmt.signed, bp, br, bc, tile, like, o3)
+            if spec.packed:
+                kernels.dequantize_packed_modes_kernel(q3, s3, zp3, has_zp, fmt.bits, fmt.signed, bp, br, bc, tile,
+                                                       like, o3)
+            else:  # bc == 1
+                kernels.dequantize_columns_kernel(q3, s3, zp3, has_zp, fmt.bits, fmt.signed, bp, br, tile, like, o3)
