@@ -66,6 +66,7 @@ def measure(target: str, dtype: str) -> dict:
     """Run ``target`` for ``dtype`` in this process and return what it compiled and loaded (the child's job)."""
     from numba.core import caching, event
 
+    from nbquant.backends.cpu._kernel import KernelCache
     from nbquant.precompile import TARGETS
     from nbquant.threads import thread_limit
 
@@ -85,24 +86,29 @@ def measure(target: str, dtype: str) -> dict:
                                  "signature": _short(ev.data["args"]), "wall_s": time.perf_counter() - wall,
                                  "cpu_s": time.thread_time() - cpu, "_sig": (d, tuple(ev.data["args"]))})
 
-    original = caching.Cache.load_overload
+    def timed(original):
+        def timed_load(self, sig, target_context):
+            start = time.perf_counter()
+            result = original(self, sig, target_context)
+            if result is not None:
+                loaded.append({"kernel": self._py_func.__qualname__, "signature": _short(result.signature.args),
+                               "load_ms": (time.perf_counter() - start) * 1e3})
+            return result
 
-    def timed_load(self, sig, target_context):
-        start = time.perf_counter()
-        result = original(self, sig, target_context)
-        if result is not None:
-            loaded.append({"kernel": self._py_func.__qualname__, "signature": _short(result.signature.args),
-                           "load_ms": (time.perf_counter() - start) * 1e3})
-        return result
+        return timed_load
 
-    caching.Cache.load_overload = timed_load
+    # the cpu kernels' cache class loads without calling Numba's; any other cached dispatcher uses Numba's
+    originals = {cls: cls.load_overload for cls in (caching.Cache, KernelCache)}
+    for cls, original in originals.items():
+        cls.load_overload = timed(original)
     try:
         start, cpu = time.perf_counter(), time.process_time()
         with event.install_listener("numba:compile", Listener()), thread_limit(1):
             TARGETS[target](dtype)
         first_s, first_cpu_s = time.perf_counter() - start, time.process_time() - cpu
     finally:
-        caching.Cache.load_overload = original
+        for cls, original in originals.items():
+            cls.load_overload = original
     for row in compiled:
         row.update(_phases(*row.pop("_sig")))
     return {"target": target, "dtype": dtype, "first_s": first_s, "first_cpu_s": first_cpu_s,

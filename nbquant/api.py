@@ -145,6 +145,12 @@ def quantize(
     >>> nbquant.quantize(x, 3.0, "int16"), nbquant.quantize(x, 3.0, "int16", compute_dtype="bfloat16")
     (array([333], dtype=int16), array([334], dtype=int16))
     """
+    if (zero_point is None and axis is None and block_size is None and quant_min is None and quant_max is None
+            and packed is False and scale_op == "divide" and compute_dtype == "float32" and out is None
+            and zero_point_order in _ZP_ORDERS and (saturate is True or saturate is False)):
+        codes = _per_tensor(x, scale, dtype, backend)
+        if codes is not None:
+            return codes
     fmt = get_format(dtype)
     passed = {"x": x, "scale": scale, "zero_point": zero_point}
     p = placement(x, scale, zero_point, out=out)  # host, CUDA (stays on its device) or dask (lazy)
@@ -187,6 +193,65 @@ def quantize(
     if x.size:
         impl.quantize(x, s, zp, spec, result.view(np.uint8 if packed else fmt.storage))
     return p.packed(result, fmt.name) if packed and out is None else result
+
+
+#: Integer formats by the ``dtype`` strings :func:`_per_tensor` has seen: ``(format, qmin, qmax, storage)``,
+#: the bounds as float32.
+_PER_TENSOR_FORMATS: dict[str, tuple[QuantFormat, np.float32, np.float32, np.dtype]] = {}
+#: The types of a scale the short path takes, and the dtypes of a 0-d array scale it takes.
+_SCALAR_SCALES = (float, int, np.float32, np.float64)
+_ARRAY_SCALES = (np.dtype(np.float32), np.dtype(np.float64))
+#: The largest finite float32 (FLT_MAX): a scale up to it converts to float32 without overflow.
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _per_tensor(x, scale, dtype, backend: str | None) -> np.ndarray | None:
+    """The short path of :func:`quantize`: its codes when the call is a plain per-tensor one, else ``None``.
+
+    A plain call (the caller checked the keyword arguments are the defaults) quantizes an
+    aligned, writeable, C-contiguous float32 NumPy array to an integer format named by a
+    string, with one Python or NumPy scalar scale (or 0-d float32/float64 array) in
+    ``(0, FLT_MAX]`` that float32 keeps nonzero, on a backend that has a per-tensor kernel
+    (``cpu``). It skips the layout, the placement and the spec, which cost most of a small
+    call (4096 elements: 25 µs before this path, against 4.6 µs for onnxruntime's
+    ``QuantizeLinear``; docs/performance.md), and gives the same codes. Anything else is
+    ``None``: the general path checks and runs it.
+    """
+    if (type(x) is not np.ndarray or x.dtype != np.float32 or not x.size or not x.flags.carray  # aligned, writeable
+            or not isinstance(dtype, str)):
+        return None
+    if type(scale) not in _SCALAR_SCALES:
+        if type(scale) is not np.ndarray or scale.shape != () or scale.dtype not in _ARRAY_SCALES:
+            return None
+        scale = scale[()]  # a 0-d float32 or float64 array: its scalar
+    known = _PER_TENSOR_FORMATS.get(dtype)
+    if known is None:
+        try:
+            fmt = get_format(dtype)
+        except ValueError:
+            return None
+        if fmt.is_float:
+            return None
+        qmin, qmax = check_quant_range(fmt, None, None)
+        known = _PER_TENSOR_FORMATS[dtype] = (fmt, np.float32(qmin), np.float32(qmax), fmt.storage)
+    fmt, qmin, qmax, storage = known
+    if type(scale) is np.float32:
+        s = scale
+        if not 0.0 < s <= _F32_MAX:  # NaN fails too
+            return None
+    else:
+        value = float(scale) if type(scale) is not int or abs(scale) < 1 << 128 else -1.0  # no OverflowError here
+        if not 0.0 < value <= _F32_MAX:
+            return None
+        s = np.float32(value)
+        if not s:  # below float32's smallest subnormal
+            return None
+    kernel = getattr(resolve_backend(backend, ()), "quantize_per_tensor", None)
+    if kernel is None:
+        return None
+    codes = np.empty(x.shape, fmt.dtype)
+    kernel(x, s, fmt, qmin, qmax, codes.view(storage))
+    return codes
 
 
 def _unpacked_length(fmt: QuantFormat, nbytes: int) -> int:

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 from numba.core.caching import FunctionCache, IndexDataCacheFile, NullCache
+from numba.core.runtime import rtsys
 
 from ... import element
 from ...threads import get_num_threads
@@ -117,6 +118,17 @@ class KernelCache(FunctionCache):
         numba_file = self._cache_file
         self._cache_file = _CacheFile(numba_file._cache_path, self._impl.filename_base,
                                       (numba_file._source_stamp, _DIGEST))
+
+    def load_overload(self, sig, target_context):
+        """Load the compiled ``sig`` (or ``None``), without Numba's refresh of the whole target context.
+
+        Numba refreshes the context first, importing and installing every typing and lowering
+        registry (a quarter of a second): a compile needs them, and a compile refreshes them itself;
+        loading machine code needs only the runtime (NRT) its allocations call, initialized here.
+        """
+        rtsys.initialize(target_context)
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
 
     def save_overload(self, sig, data) -> None:
         """Save the compiled ``data`` of ``sig``, or warn (once per directory) when it cannot be written."""

@@ -32,7 +32,7 @@ from ...modes import Mapping
 from ...threads import get_num_threads
 from .._views import kernel_float_view
 from ._kernel import ROW_TILE, cpu_kernel, part_range, row_tile
-from .elementwise import quantize_block_zp
+from .elementwise import quantize_block
 
 #: Elements of a row the fused kernel reduces, then quantizes, while they are in L1 (whole blocks).
 _CHUNK = 4096
@@ -128,16 +128,16 @@ def dynamic_rows_kernel(part, parts, x, use_minmax, mapping, qmin, qmax, half_ra
             if packed:
                 cws = codes[:nw * bc].reshape(nw, bc)
                 for b in range(nw):
-                    quantize_block_zp(xw[b], cws[b], ms[b], zs[b], scale_op, False, qlo, qhi, mask)
+                    quantize_block(xw[b], cws[b], ms[b], zs[b], scale_op, False, qlo, qhi, mask)
                 if cw < c1:
-                    quantize_block_zp(xt, codes[cw - c0:c1 - c0], ms[nw], zs[nw], scale_op, False, qlo, qhi, mask)
+                    quantize_block(xt, codes[cw - c0:c1 - c0], ms[nw], zs[nw], scale_op, False, qlo, qhi, mask)
                 pack_byte_codes(words16, words32, out[r, c0 >> kshift:c1 >> kshift], nbits)
             else:
                 ow = out[r, c0:cw].reshape(nw, bc)
                 for b in range(nw):
-                    quantize_block_zp(xw[b], ow[b], ms[b], zs[b], scale_op, False, qlo, qhi, mask)
+                    quantize_block(xw[b], ow[b], ms[b], zs[b], scale_op, False, qlo, qhi, mask)
                 if cw < c1:
-                    quantize_block_zp(xt, out[r, cw:c1], ms[nw], zs[nw], scale_op, False, qlo, qhi, mask)
+                    quantize_block(xt, out[r, cw:c1], ms[nw], zs[nw], scale_op, False, qlo, qhi, mask)
 
 
 @cpu_kernel

@@ -91,8 +91,64 @@ def chunk_frame(chunk):
 
 
 @cpu_kernel
-def quantize_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, mask, bp, br, bc, tile, out):
-    """Quantize ``x`` (P, R, C) into unsigned code storage ``out`` (P, R, C).
+def quantize_blocks_kernel(part, parts, x, scale, qmin, qmax, mask, bp, br, bc, tile, out):
+    """Quantize ``x`` (P, R, C) into unsigned code storage ``out`` (P, R, C): ``x / scale``, no zero point.
+
+    The default mode, and the only loop this kernel holds, so a first call compiles one
+    inlined :func:`~nbquant.element.quantize_value` (:func:`quantize_modes_kernel` holds the
+    other modes: six loops). The zero point is ``-0.0`` as a constant: its add is compiled away.
+    Scale blocks of one column (``bc == 1``) work but go one element per block.
+    """
+    P, R, C = x.shape
+    ntiles = (C + tile - 1) // tile
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        g = quotient(c, bc)
+        while c < end:
+            stop = min((g + 1) * bc, end)
+            xs, os = x[p, r, c:stop], out[p, r, c:stop]
+            s = scale[sp, sr, g]
+            for i in range(xs.size):
+                os[i] = code_bits(quantize_value(xs[i], s, NO_ZERO_POINT, ScaleOp.DIVIDE, False, qmin, qmax), mask)
+            c = stop
+            g += 1
+
+
+@cpu_kernel
+def quantize_kernel(part, parts, x, s, qmin, qmax, mask, out):
+    """Quantize the contiguous ``x`` (n,) with the one float32 scale ``s`` into ``out`` (n,): ``x / s``, no zero point.
+
+    Per-tensor quantization of a contiguous array (the front door's short path): one
+    contiguous range per part, and eight arguments for Numba's dispatcher to type.
+    """
+    first, last = part_range(x.size, part, parts)
+    xs, os = x[first:last], out[first:last]
+    for i in range(xs.size):
+        os[i] = code_bits(quantize_value(xs[i], s, NO_ZERO_POINT, ScaleOp.DIVIDE, False, qmin, qmax), mask)
+
+
+@cpu_kernel
+def quantize_zp_kernel(part, parts, x, scale, zp, zp_before, qmin, qmax, mask, bp, br, bc, tile, out):
+    """:func:`quantize_blocks_kernel` with a zero point per scale block (asymmetric quantization): one loop."""
+    P, R, C = x.shape
+    ntiles = (C + tile - 1) // tile
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        g = quotient(c, bc)
+        while c < end:
+            stop = min((g + 1) * bc, end)
+            _quantize_block(x[p, r, c:stop], out[p, r, c:stop], scale[sp, sr, g], zp[sp, sr, g], ScaleOp.DIVIDE,
+                            zp_before, qmin, qmax, mask)
+            c = stop
+            g += 1
+
+
+@cpu_kernel
+def quantize_modes_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, mask, bp, br, bc, tile,
+                          out):
+    """Quantize ``x`` (P, R, C) into unsigned code storage ``out`` (P, R, C) in any mode, any scale blocks.
 
     ``bc == 1`` needs ``zp`` of the scale's shape (zeros when absent).
     """
@@ -108,19 +164,20 @@ def quantize_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp_before, qmin
         g = quotient(c, bc)
         while c < end:
             stop = min((g + 1) * bc, end)
-            s = scale[sp, sr, g]
             z = zp[sp, sr, g] if has_zp else NO_ZERO_POINT
-            quantize_block(x[p, r, c:stop], out[p, r, c:stop], s, z, has_zp, scale_op, zp_before, qmin, qmax, mask)
+            quantize_block(x[p, r, c:stop], out[p, r, c:stop], scale[sp, sr, g], z, scale_op, zp_before, qmin, qmax,
+                           mask)
             c = stop
             g += 1
 
 
-# The kernels call the helpers below with ``scale_op`` as a literal constant for the float32
+# The general kernels call the helpers below with ``scale_op`` as a literal constant for the float32
 # ops, one call per value, so each inner loop is compiled for one scale op: the multiply path
-# never divides (a float32 divide costs more than the memory traffic on two cores). In divide
-# mode (the default) without a zero point they pass ``-0.0``, the additive identity, as a literal
-# and ``zero_point_before`` False: the compiler drops the zero point's add and subtract (two of
-# the loop's eleven vector instructions).
+# never divides (a float32 divide costs more than the memory traffic on two cores). Divide mode
+# without a zero point (the default) has kernels of its own (:func:`quantize_blocks_kernel`,
+# :func:`quantize_packed_kernel`): a first call compiles only the loops its kernel holds, and each
+# inlined loop costs about a second of compile time on 2 cores (the int8 kernel that held all seven
+# loops took 12 s of cpu to compile, 14 s wall on an idle machine).
 
 #: The zero point of a call without one: ``rne(v) + (-0.0)`` is ``rne(v)``, so the add is compiled away.
 NO_ZERO_POINT = np.float32(-0.0)
@@ -141,7 +198,7 @@ def _quantize_columns(xs, ss, zs, os, scale_op, zp_before, qmin, qmax, mask):
 
 
 @element_function
-def quantize_block_zp(xs, os, s, z, scale_op, zp_before, qmin, qmax, mask):
+def quantize_block(xs, os, s, z, scale_op, zp_before, qmin, qmax, mask):
     """:func:`_quantize_block` compiled per float32 scale op (three loops), with the zero point ``z``."""
     if scale_op == ScaleOp.DIVIDE:
         _quantize_block(xs, os, s, z, ScaleOp.DIVIDE, zp_before, qmin, qmax, mask)
@@ -149,20 +206,6 @@ def quantize_block_zp(xs, os, s, z, scale_op, zp_before, qmin, qmax, mask):
         _quantize_block(xs, os, s, z, ScaleOp.MULTIPLY, zp_before, qmin, qmax, mask)
     else:  # half precision (compute_dtype): one loop for the four ops
         _quantize_block(xs, os, s, z, scale_op, zp_before, qmin, qmax, mask)
-
-
-@element_function
-def quantize_block(xs, os, s, z, has_zp, scale_op, zp_before, qmin, qmax, mask):
-    """:func:`quantize_block_zp`, plus a fourth loop for divide mode (the default) without a zero point.
-
-    Only that case is split off: each specialization is compiled into every kernel that
-    quantizes, and a cold first call pays for all of them (splitting every op by ``has_zp``
-    tripled the int8 kernel's compile time, 10 s to 31 s).
-    """
-    if scale_op == ScaleOp.DIVIDE and not has_zp:
-        _quantize_block(xs, os, s, NO_ZERO_POINT, ScaleOp.DIVIDE, False, qmin, qmax, mask)
-    else:
-        quantize_block_zp(xs, os, s, z if has_zp else NO_ZERO_POINT, scale_op, zp_before, qmin, qmax, mask)
 
 
 @element_function
@@ -181,17 +224,50 @@ PACK_CHUNK = 4096
 
 
 @cpu_kernel
-def quantize_packed_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, nbits, bp, br, bc, tile,
-                           out):
-    """Quantize ``x`` (P, R, C) into packed bytes ``out`` (P, R, C / k), first code in the low bits.
+def quantize_packed_kernel(part, parts, x, scale, qmin, qmax, nbits, bp, br, bc, tile, out):
+    """Quantize ``x`` (P, R, C) into packed bytes ``out`` (P, R, C / k): ``x / scale``, no zero point.
 
-    A work unit quantizes its tile in chunks of :data:`PACK_CHUNK` codes into a byte
-    buffer (per scale block, or per column when ``bc == 1``; blocks need not cover
-    whole bytes), then packs each chunk with :func:`~nbquant.element.pack_byte_codes`. ``bc == 1`` needs
-    ``zp`` of the scale's shape (zeros when absent).
+    The default mode alone, as :func:`quantize_blocks_kernel`; :func:`quantize_packed_modes_kernel`
+    holds the others. A work unit quantizes its tile in chunks of :data:`PACK_CHUNK` codes
+    into a byte buffer, per scale block (blocks need not cover whole bytes), then packs each
+    chunk with :func:`~nbquant.element.pack_byte_codes`, the first code in the low bits.
     """
     P, R, C = x.shape
     kshift = 1 if nbits == 4 else 2  # byte index = code index >> kshift (tiles and chunks hold whole bytes)
+    mask = (1 << nbits) - 1
+    ntiles = (C + tile - 1) // tile
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        codes = np.empty(PACK_CHUNK, np.uint8)
+        words16 = codes.view(np.uint16)
+        words32 = codes.view(np.uint32)
+        g = quotient(c, bc)
+        while c < end:
+            stop = min(c + PACK_CHUNK, end)
+            b = c
+            while b < stop:
+                b_end = min((g + 1) * bc, stop)
+                xs, cs = x[p, r, b:b_end], codes[b - c:b_end - c]
+                s = scale[sp, sr, g]
+                for i in range(xs.size):
+                    cs[i] = code_bits(quantize_value(xs[i], s, NO_ZERO_POINT, ScaleOp.DIVIDE, False, qmin, qmax), mask)
+                if b_end == (g + 1) * bc:
+                    g += 1
+                b = b_end
+            pack_byte_codes(words16, words32, out[p, r, c >> kshift:stop >> kshift], nbits)
+            c = stop
+
+
+@cpu_kernel
+def quantize_packed_modes_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp_before, qmin, qmax, nbits, bp, br, bc,
+                                 tile, out):
+    """:func:`quantize_packed_kernel` in any mode, any scale blocks (per column when ``bc == 1``).
+
+    ``bc == 1`` needs ``zp`` of the scale's shape (zeros when absent).
+    """
+    P, R, C = x.shape
+    kshift = 1 if nbits == 4 else 2
     mask = (1 << nbits) - 1
     ntiles = (C + tile - 1) // tile
     first, last = part_range(P * R * ntiles, part, parts)
@@ -211,7 +287,7 @@ def quantize_packed_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp_befor
                 while b < stop:
                     b_end = min((g + 1) * bc, stop)
                     z = zp[sp, sr, g] if has_zp else NO_ZERO_POINT
-                    quantize_block(x[p, r, b:b_end], codes[b - c:b_end - c], scale[sp, sr, g], z, has_zp, scale_op,
+                    quantize_block(x[p, r, b:b_end], codes[b - c:b_end - c], scale[sp, sr, g], z, scale_op,
                                    zp_before, qmin, qmax, mask)
                     if b_end == (g + 1) * bc:
                         g += 1
@@ -221,35 +297,60 @@ def quantize_packed_kernel(part, parts, x, scale, zp, has_zp, scale_op, zp_befor
 
 
 @cpu_kernel
-def dequantize_kernel(part, parts, q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
-    """Dequantize unsigned code storage ``q`` (P, R, C) into ``out`` (float storage like ``like``).
+def dequantize_kernel(part, parts, q, scale, nbits, signed, bp, br, bc, tile, like, out):
+    """Dequantize unsigned code storage ``q`` (P, R, C) into ``out`` (float storage like ``like``), no zero point.
 
-    ``bc == 1`` needs ``zp`` of the scale's shape (zeros when absent).
+    The default mode alone (one loop to compile); :func:`dequantize_zp_kernel` adds a zero point and
+    :func:`dequantize_columns_kernel` takes scale blocks of one column.
     """
     P, R, C = q.shape
     ntiles = (C + tile - 1) // tile
     first, last = part_range(P * R * ntiles, part, parts)
     for unit in range(first, last):
         p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
-        if bc == 1:
-            qs, ss, zs, os = q[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], out[p, r, c:end]
-            if has_zp:
-                for i in range(qs.size):
-                    os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), ss[i], zs[i]), like)
-            else:
-                for i in range(qs.size):
-                    os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), ss[i], ZERO), like)
-            continue
         g = quotient(c, bc)
         while c < end:
             stop = min((g + 1) * bc, end)
             qs, os = q[p, r, c:stop], out[p, r, c:stop]
-            if has_zp:
-                _dequantize_block(qs, os, scale[sp, sr, g], zp[sp, sr, g], nbits, signed, like)
-            else:
-                _dequantize_block(qs, os, scale[sp, sr, g], ZERO, nbits, signed, like)
+            s = scale[sp, sr, g]
+            for i in range(qs.size):
+                os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), s, ZERO), like)
             c = stop
             g += 1
+
+
+@cpu_kernel
+def dequantize_zp_kernel(part, parts, q, scale, zp, nbits, signed, bp, br, bc, tile, like, out):
+    """:func:`dequantize_kernel` with a zero point per scale block: one loop."""
+    P, R, C = q.shape
+    ntiles = (C + tile - 1) // tile
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        g = quotient(c, bc)
+        while c < end:
+            stop = min((g + 1) * bc, end)
+            _dequantize_block(q[p, r, c:stop], out[p, r, c:stop], scale[sp, sr, g], zp[sp, sr, g], nbits, signed, like)
+            c = stop
+            g += 1
+
+
+@cpu_kernel
+def dequantize_columns_kernel(part, parts, q, scale, zp, has_zp, nbits, signed, bp, br, tile, like, out):
+    """:func:`dequantize_kernel` with scale blocks of one column (``bc == 1``): a scale and zero point (zeros when
+    absent) per element of a scale row."""
+    P, R, C = q.shape
+    ntiles = (C + tile - 1) // tile
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        qs, ss, zs, os = q[p, r, c:end], scale[sp, sr, c:end], zp[sp, sr, c:end], out[p, r, c:end]
+        if has_zp:
+            for i in range(qs.size):
+                os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), ss[i], zs[i]), like)
+        else:
+            for i in range(qs.size):
+                os[i] = store_float(dequantize_value(code_value(qs[i], nbits, signed), ss[i], ZERO), like)
 
 
 #: The zero point of a dequantize without one: ``code - (+0.0)`` is ``code``, so the subtraction is compiled away.
@@ -273,7 +374,27 @@ def _dequantize_bytes(qs, os, s, z, signed, like):
 
 
 @cpu_kernel
-def dequantize_packed_kernel(part, parts, q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
+def dequantize_packed_kernel(part, parts, q, scale, signed, bp, br, bc, tile, like, out):
+    """Dequantize packed 4-bit codes ``q`` (P, R, C / 2) into ``out`` (P, R, C), no zero point.
+
+    The default case alone: scale blocks of whole bytes (or one block per row), two strided
+    stores per byte; :func:`dequantize_packed_modes_kernel` holds the others.
+    """
+    P, R, C = out.shape
+    ntiles = (C + tile - 1) // tile
+    first, last = part_range(P * R * ntiles, part, parts)
+    for unit in range(first, last):
+        p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
+        g = quotient(c, bc)
+        while c < end:
+            stop = min((g + 1) * bc, end)
+            _dequantize_bytes(q[p, r, c >> 1:stop >> 1], out[p, r, c:stop], scale[sp, sr, g], ZERO, signed, like)
+            c = stop
+            g += 1
+
+
+@cpu_kernel
+def dequantize_packed_modes_kernel(part, parts, q, scale, zp, has_zp, nbits, signed, bp, br, bc, tile, like, out):
     """Dequantize packed bytes ``q`` (P, R, C / k) into ``out`` (P, R, C); blocks as in the packed quantize.
 
     4-bit codes: two strided stores per byte, per scale block. 2-bit codes go through a byte
