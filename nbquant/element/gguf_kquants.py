@@ -26,9 +26,27 @@ from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16, sum_s
 from .gguf_iq4 import IQ4_XS, iq4_dequantize_block, iq4_xs_block
 from .gguf_q2k import Q2_K, Q2K_SCRATCH, q2k_dequantize_block, q2k_quantize_block
 from .gguf_q3k import Q3_K, Q3K_SCRATCH, q3k_dequantize_block, q3k_quantize_block
-from .gguf_search import W_AVX, W_DIRECT, W_SIGMA, W_SQUARE, kx_code, kx_search, qp_search, qx_code, qx_search
+from .gguf_search import (
+    KX_ISCALE,
+    KX_LOW,
+    KX_MIN,
+    KX_SCALE,
+    KX_STATE_ROWS,
+    W_AVX,
+    W_DIRECT,
+    W_SIGMA,
+    W_SQUARE,
+    kx_code,
+    kx_search,
+    kx_search_lanes,
+    qp_search,
+    qx_code,
+    qx_search,
+    search_weight,
+)
 
-__all__ = ["Q4_K", "Q5_K", "Q6_K", "SCRATCH", "KQUANT_QUANTIZERS", "kquant_quantize_block", "kquant_dequantize_block"]
+__all__ = ["Q4_K", "Q5_K", "Q6_K", "SCRATCH", "KQUANT_QUANTIZERS", "kquant_quantize_block", "kquant_dequantize_block",
+           "kmin_blocks"]
 
 #: ggml type ids.
 Q4_K, Q5_K, Q6_K = 12, 13, 14
@@ -52,33 +70,53 @@ def _scale_min(rec, o, j):
 
 
 @element_function
+def _kmin_sigma2(x, c, use_qw):
+    """``quantize_row_q{4,5}_K_impl``'s ``sigma2`` of the super-block (0 without importance weights)."""
+    return mul_f32(np.float32(2.0), sum_squares(x, c, 256)) / np.float32(256.0) if use_qw else np.float32(0.0)
+
+
+@element_function
+def _kmin_sub_block(x, cj, qw, use_qw, top, sigma2):
+    """A sub-block's summed weights and its search's ``(aux, wmode, rmin, rdelta, nstep)``."""
+    s = np.float32(0.0)
+    for i in range(32):
+        v = np.float32(x[cj + i])
+        s = s + (mul_f32(np.float32(qw[cj + i]), np.float32(math.sqrt(sigma2 + mul_f32(v, v)))) if use_qw
+                 else mul_f32(v, v))
+    if use_qw:  # quantize_row_q{4,5}_K_impl: make_qkx3_quants on the importance weights
+        return s, sigma2, W_SIGMA, np.float32(-0.9), np.float32(0.05), 36
+    # the _ref rows: make_qkx2_quants on av_x + |x|
+    aux = np.float32(math.sqrt(s / np.float32(32.0)))
+    if top == 15:
+        return s, aux, W_AVX, np.float32(-1.0), np.float32(0.1), 20
+    return s, aux, W_AVX, np.float32(-0.5), np.float32(0.1), 15
+
+
+@element_function
 def _kmin_scales(x, c, qw, use_qw, top, fs):
-    """Sub-block searches of Q4_K/Q5_K: scales fs[0:8], mins fs[8:16], codes' iscale/low fs[16:32]; (d, dmin)."""
-    sigma2 = mul_f32(np.float32(2.0), sum_squares(x, c, 256)) / np.float32(256.0) if use_qw else np.float32(0.0)
-    max_scale = np.float32(0.0)
-    max_min = np.float32(0.0)
+    """Sub-block searches: scales fs[0:8], mins fs[8:16], codes' iscale/low fs[16:32], weights fs[32:40]."""
+    sigma2 = _kmin_sigma2(x, c, use_qw)
     for j in range(8):
         cj = c + 32 * j
-        s = np.float32(0.0)
-        for i in range(32):
-            v = np.float32(x[cj + i])
-            s = s + (mul_f32(np.float32(qw[cj + i]), np.float32(math.sqrt(sigma2 + mul_f32(v, v)))) if use_qw
-                     else mul_f32(v, v))
-        if use_qw:  # quantize_row_q{4,5}_K_impl: make_qkx3_quants on the importance weights
-            fs[32 + j] = s
-            aux, wmode, rmin, rdelta, nstep = sigma2, W_SIGMA, np.float32(-0.9), np.float32(0.05), 36
-        else:  # the _ref rows: make_qkx2_quants on av_x + |x|
-            aux, wmode, rdelta = np.float32(math.sqrt(s / np.float32(32.0))), W_AVX, np.float32(0.1)
-            rmin, nstep = (np.float32(-1.0), 20) if top == 15 else (np.float32(-0.5), 15)
+        s, aux, wmode, rmin, rdelta, nstep = _kmin_sub_block(x, cj, qw, use_qw, top, sigma2)
         scale, low, iscale, code_low = kx_search(x, qw, cj, 32, aux, wmode, top, rmin, rdelta, nstep, use_qw, False)
         fs[j] = scale
         fs[8 + j] = -low
         fs[16 + j] = iscale
         fs[24 + j] = code_low
-        if scale > max_scale:
-            max_scale = scale
-        if -low > max_min:
-            max_min = -low
+        fs[32 + j] = s
+
+
+@element_function
+def _kmin_levels(use_qw, fs):
+    """The 6-bit scale and min codes (fs[40:48], fs[48:56]) of the searches' fs[0:40]; returns ``(d, dmin)``."""
+    max_scale = np.float32(0.0)
+    max_min = np.float32(0.0)
+    for j in range(8):
+        if fs[j] > max_scale:
+            max_scale = fs[j]
+        if fs[8 + j] > max_min:
+            max_min = fs[8 + j]
     if use_qw:  # make_qp_quants of the scales (codes to fs[40:48]), then of the mins (fs[48:56])
         for t in range(2):
             fs[72 + t] = qp_search(fs, 8 * t, 8, 63, fs, 32, fs, 40 + 8 * t)
@@ -94,7 +132,46 @@ def _kmin_scales(x, c, qw, use_qw, top, fs):
 @element_function
 def _kmin(x, c, rec, o, qw, use_qw, top, fs):
     """Q4_K (``top`` 15) or Q5_K (31)."""
-    d, dmin = _kmin_scales(x, c, qw, use_qw, top, fs)
+    _kmin_scales(x, c, qw, use_qw, top, fs)
+    _kmin_record(x, c, rec, o, use_qw, top, fs)
+
+
+@element_function
+def kmin_blocks(x, c, nb, rec, o, type_size, qw, use_qw, top, xt, wt, st, acc, fs):
+    """Q4_K (``top`` 15) or Q5_K (31) records of the ``nb`` super-blocks at ``x[c:]`` into ``rec[o:]``, side by side.
+
+    The ``8 * nb`` sub-block searches run as the lanes of one
+    :func:`~nbquant.element.gguf_search.kx_search_lanes` (the same bits as :func:`q4k_block`
+    and :func:`q5k_block`). Scratch: ``xt`` and ``wt`` float32 (32, ``>= 8 * nb``); ``st``
+    (``KX_STATE_ROWS + 1``, ``>= 8 * nb``); ``acc`` (``KX_ACC_ROWS``, ``>= 8 * nb``); ``fs`` (``SCRATCH``).
+    """
+    for b in range(nb):
+        cb = c + 256 * b
+        sigma2 = _kmin_sigma2(x, cb, use_qw)
+        for j in range(8):
+            cj = cb + 32 * j
+            lane = 8 * b + j
+            s, aux, wmode, rmin, rdelta, nstep = _kmin_sub_block(x, cj, qw, use_qw, top, sigma2)
+            st[KX_STATE_ROWS, lane] = s
+            for i in range(32):
+                xt[i, lane] = np.float32(x[cj + i])
+                wt[i, lane] = search_weight(x, qw, cj, i, aux, wmode)
+    kx_search_lanes(xt, wt, st, acc, 8 * nb, 32, top, rmin, rdelta, nstep, use_qw, False)
+    for b in range(nb):
+        for j in range(8):
+            lane = 8 * b + j
+            fs[j] = st[KX_SCALE, lane]
+            fs[8 + j] = -st[KX_MIN, lane]
+            fs[16 + j] = st[KX_ISCALE, lane]
+            fs[24 + j] = st[KX_LOW, lane]
+            fs[32 + j] = st[KX_STATE_ROWS, lane]
+        _kmin_record(x, c + 256 * b, rec, o + type_size * b, use_qw, top, fs)
+
+
+@element_function
+def _kmin_record(x, c, rec, o, use_qw, top, fs):
+    """The Q4_K/Q5_K record at ``rec[o:]`` from the sub-block searches' fs[0:40] (:func:`_kmin_scales`)."""
+    d, dmin = _kmin_levels(use_qw, fs)
     put_u16(rec, o, ggml_f16(d))
     put_u16(rec, o + 2, ggml_f16(dmin))
     so = o + 4

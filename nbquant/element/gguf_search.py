@@ -17,7 +17,8 @@ from .bits import element_function
 from .gguf_common import mul_f32, nearest_int
 
 __all__ = ["W_SQUARE", "W_SIGMA", "W_DIRECT", "W_AVX", "search_weight", "qx_search", "qx_code", "kx_search",
-           "kx_code", "qp_search"]
+           "kx_code", "kx_level", "kx_err_term", "kx_step_iscale", "kx_solve", "kx_search_lanes", "KX_SCALE", "KX_MIN",
+           "KX_ISCALE", "KX_LOW", "KX_STATE_ROWS", "KX_ACC_ROWS", "qp_search"]
 
 #: Weight modes: ``x**2``; ``qw * sqrt(aux + x**2)``; ``qw``; ``aux + |x|``.
 W_SQUARE, W_SIGMA, W_DIRECT, W_AVX = 0, 1, 2, 3
@@ -88,10 +89,40 @@ def qx_code(x, c, j, nmax, iscale):
 
 
 @element_function
+def kx_level(v, iscale, low, top):
+    """``make_qkx*_quants``' code of the value ``v``: ``clamp(nearest_int(iscale * (v - low)), 0, top)``."""
+    return max(np.int64(0), min(np.int64(top), nearest_int(mul_f32(iscale, np.float32(v) - np.float32(low)))))
+
+
+@element_function
 def kx_code(x, c, j, top, iscale, low):
-    """``make_qkx*_quants``' code of ``x[c + j]``: ``clamp(nearest_int(iscale * (x - low)), 0, top)``."""
-    v = np.float32(x[c + j]) - np.float32(low)
-    return max(np.int64(0), min(np.int64(top), nearest_int(mul_f32(iscale, v))))
+    """:func:`kx_level` of ``x[c + j]``."""
+    return kx_level(x[c + j], iscale, low, top)
+
+
+@element_function
+def kx_err_term(v, w, fl, scale, shift, use_mad):
+    """One value's error term ``w * (scale * fl + shift - v)**2`` (``w * |...|`` if ``use_mad``)."""
+    diff = (mul_f32(scale, fl) + np.float32(shift)) - np.float32(v)
+    return mul_f32(w, abs(diff) if use_mad else mul_f32(diff, diff))
+
+
+@element_function
+def kx_step_iscale(rmin, rdelta, step, top, hi, lo):
+    """The inverse scale that step ``step`` of the search tries: ``(rmin + rdelta * step + top) / (hi - lo)``."""
+    return ((np.float32(rmin) + mul_f32(np.float32(rdelta), np.float32(step))) + np.float32(top)) / (hi - lo)
+
+
+@element_function
+def kx_solve(sum_w, sum_x, sum_l, sum_l2, sum_xl):
+    """The least-squares ``(det, scale, min)`` of a step's sums (a positive min refitted as 0)."""
+    det = mul_f32(sum_w, sum_l2) - mul_f32(sum_l, sum_l)
+    this_scale = (mul_f32(sum_w, sum_xl) - mul_f32(sum_x, sum_l)) / det
+    this_min = (mul_f32(sum_l2, sum_x) - mul_f32(sum_l, sum_xl)) / det
+    if this_min > 0:
+        this_min = np.float32(0.0)
+        this_scale = sum_xl / sum_l2
+    return det, this_scale, this_min
 
 
 @element_function
@@ -99,8 +130,9 @@ def _kx_error(x, qw, c, n, aux, wmode, top, iscale, low, scale, shift, use_mad):
     """``sum w * (scale * L + shift - x)**2`` (``|...|`` if ``use_mad``) over the codes of ``iscale`` and ``low``."""
     err = np.float32(0.0)
     for j in range(n):
-        diff = (mul_f32(scale, np.float32(kx_code(x, c, j, top, iscale, low))) + shift) - np.float32(x[c + j])
-        err = err + mul_f32(search_weight(x, qw, c, j, aux, wmode), abs(diff) if use_mad else mul_f32(diff, diff))
+        v = np.float32(x[c + j])
+        fl = np.float32(kx_level(v, iscale, low, top))
+        err = err + kx_err_term(v, search_weight(x, qw, c, j, aux, wmode), fl, scale, shift, use_mad)
     return err
 
 
@@ -138,23 +170,19 @@ def kx_search(x, qw, c, n, aux, wmode, top, rmin, rdelta, nstep, flat_below, use
     best = _kx_error(x, qw, c, n, aux, wmode, top, iscale, lo, scale, lo, use_mad)
     for step in range(nstep + 1):
         low = lo
-        iscale = ((np.float32(rmin) + mul_f32(np.float32(rdelta), np.float32(step))) + ftop) / (hi - lo)
+        iscale = kx_step_iscale(rmin, rdelta, step, ftop, hi, lo)
         sum_l = np.float32(0.0)
         sum_l2 = np.float32(0.0)
         sum_xl = np.float32(0.0)
         for j in range(n):
-            fl = np.float32(kx_code(x, c, j, top, iscale, low))
+            v = np.float32(x[c + j])
+            fl = np.float32(kx_level(v, iscale, low, top))
             wl = mul_f32(search_weight(x, qw, c, j, aux, wmode), fl)
             sum_l = sum_l + wl
             sum_l2 = sum_l2 + mul_f32(wl, fl)
-            sum_xl = sum_xl + mul_f32(wl, np.float32(x[c + j]))
-        det = mul_f32(sum_w, sum_l2) - mul_f32(sum_l, sum_l)
+            sum_xl = sum_xl + mul_f32(wl, v)
+        det, this_scale, this_min = kx_solve(sum_w, sum_x, sum_l, sum_l2, sum_xl)
         if det > 0:
-            this_scale = (mul_f32(sum_w, sum_xl) - mul_f32(sum_x, sum_l)) / det
-            this_min = (mul_f32(sum_l2, sum_x) - mul_f32(sum_l, sum_xl)) / det
-            if this_min > 0:
-                this_min = np.float32(0.0)
-                this_scale = sum_xl / sum_l2
             err = _kx_error(x, qw, c, n, aux, wmode, top, iscale, low, this_scale, this_min, use_mad)
             if err < best:
                 best = err
@@ -162,6 +190,108 @@ def kx_search(x, qw, c, n, aux, wmode, top, rmin, rdelta, nstep, flat_below, use
                 scale = this_scale
                 lo = this_min
     return scale, lo, best_iscale, best_low
+
+
+#: Rows of :func:`kx_search_lanes`' state array: its results (scale, min, codes' iscale and low), then its work.
+KX_SCALE, KX_MIN, KX_ISCALE, KX_LOW = 0, 1, 2, 3
+_HI, _SUM_W, _SUM_X, _BEST, _STEP_ISCALE, _STEP_LOW, _THIS_SCALE, _THIS_MIN, _DET, _FLAT_LO, _FLAT = range(4, 15)
+#: Rows of the state (``st``) and accumulator (``acc``) arrays of :func:`kx_search_lanes`.
+KX_STATE_ROWS, KX_ACC_ROWS = 15, 4
+
+
+@element_function
+def _kx_error_lanes(xt, wt, st, acc, lanes, n, top, use_mad):
+    """:func:`_kx_error` of each lane (codes of rows ``_STEP_ISCALE``/``_STEP_LOW``) into ``acc[3]``."""
+    for lane in range(lanes):
+        acc[3, lane] = np.float32(0.0)
+    for j in range(n):
+        for lane in range(lanes):
+            v = xt[j, lane]
+            fl = np.float32(kx_level(v, st[_STEP_ISCALE, lane], st[_STEP_LOW, lane], top))
+            acc[3, lane] = acc[3, lane] + kx_err_term(v, wt[j, lane], fl, st[_THIS_SCALE, lane], st[_THIS_MIN, lane],
+                                                      use_mad)
+
+
+@element_function
+def kx_search_lanes(xt, wt, st, acc, lanes, n, top, rmin, rdelta, nstep, flat_below, use_mad):
+    """:func:`kx_search` of ``lanes`` blocks side by side: block ``l``'s values ``xt[:n, l]``, weights ``wt[:n, l]``.
+
+    Each lane accumulates in :func:`kx_search`'s order, so its results are the same bits;
+    the loops over lanes have no dependence between iterations, which the compiler turns
+    into vector instructions. A lane's results are ``st[KX_SCALE, l]``, ``st[KX_MIN, l]``,
+    ``st[KX_ISCALE, l]`` and ``st[KX_LOW, l]``; ``st`` (``KX_STATE_ROWS``, ``>= lanes``)
+    and ``acc`` (``KX_ACC_ROWS``, ``>= lanes``) are float32 scratch.
+    """
+    for lane in range(lanes):
+        v = xt[0, lane]
+        w = wt[0, lane]
+        st[KX_MIN, lane] = v
+        st[_HI, lane] = v
+        st[_SUM_W, lane] = w
+        st[_SUM_X, lane] = mul_f32(w, v)
+    for j in range(1, n):
+        for lane in range(lanes):
+            v = xt[j, lane]
+            w = wt[j, lane]
+            st[KX_MIN, lane] = v if v < st[KX_MIN, lane] else st[KX_MIN, lane]
+            st[_HI, lane] = v if v > st[_HI, lane] else st[_HI, lane]
+            st[_SUM_W, lane] = st[_SUM_W, lane] + w
+            st[_SUM_X, lane] = st[_SUM_X, lane] + mul_f32(w, v)
+    ftop = np.float32(top)
+    for lane in range(lanes):
+        lo = st[KX_MIN, lane]
+        lo = np.float32(0.0) if lo > 0 else lo
+        hi = st[_HI, lane]
+        st[KX_MIN, lane] = lo
+        st[_FLAT_LO, lane] = lo
+        st[_FLAT, lane] = np.float32(1.0 if ((hi <= lo) if flat_below else (hi == lo)) else 0.0)
+        iscale = ftop / (hi - lo)
+        st[_STEP_ISCALE, lane] = iscale
+        st[_STEP_LOW, lane] = lo
+        st[_THIS_SCALE, lane] = np.float32(1.0) / iscale
+        st[_THIS_MIN, lane] = lo
+        st[KX_SCALE, lane] = np.float32(1.0) / iscale
+        st[KX_ISCALE, lane] = iscale
+        st[KX_LOW, lane] = lo
+    _kx_error_lanes(xt, wt, st, acc, lanes, n, top, use_mad)
+    for lane in range(lanes):
+        st[_BEST, lane] = acc[3, lane]
+    for step in range(nstep + 1):
+        for lane in range(lanes):
+            st[_STEP_ISCALE, lane] = kx_step_iscale(rmin, rdelta, step, ftop, st[_HI, lane], st[KX_MIN, lane])
+            st[_STEP_LOW, lane] = st[KX_MIN, lane]
+            acc[0, lane] = np.float32(0.0)
+            acc[1, lane] = np.float32(0.0)
+            acc[2, lane] = np.float32(0.0)
+        for j in range(n):
+            for lane in range(lanes):
+                v = xt[j, lane]
+                fl = np.float32(kx_level(v, st[_STEP_ISCALE, lane], st[_STEP_LOW, lane], top))
+                wl = mul_f32(wt[j, lane], fl)
+                acc[0, lane] = acc[0, lane] + wl
+                acc[1, lane] = acc[1, lane] + mul_f32(wl, fl)
+                acc[2, lane] = acc[2, lane] + mul_f32(wl, v)
+        for lane in range(lanes):
+            det, this_scale, this_min = kx_solve(st[_SUM_W, lane], st[_SUM_X, lane], acc[0, lane], acc[1, lane],
+                                                 acc[2, lane])
+            st[_DET, lane] = det
+            st[_THIS_SCALE, lane] = this_scale
+            st[_THIS_MIN, lane] = this_min
+        _kx_error_lanes(xt, wt, st, acc, lanes, n, top, use_mad)
+        for lane in range(lanes):  # kx_search's update where det > 0 and the error is lower, as selects
+            better = st[_DET, lane] > 0 and acc[3, lane] < st[_BEST, lane]
+            st[_BEST, lane] = acc[3, lane] if better else st[_BEST, lane]
+            st[KX_ISCALE, lane] = st[_STEP_ISCALE, lane] if better else st[KX_ISCALE, lane]
+            st[KX_LOW, lane] = st[_STEP_LOW, lane] if better else st[KX_LOW, lane]
+            st[KX_SCALE, lane] = st[_THIS_SCALE, lane] if better else st[KX_SCALE, lane]
+            st[KX_MIN, lane] = st[_THIS_MIN, lane] if better else st[KX_MIN, lane]
+    for lane in range(lanes):  # a flat block: kx_search's early return
+        flat = st[_FLAT, lane] != 0
+        lo = st[_FLAT_LO, lane]
+        st[KX_SCALE, lane] = np.float32(0.0) if flat else st[KX_SCALE, lane]
+        st[KX_MIN, lane] = lo if flat else st[KX_MIN, lane]
+        st[KX_ISCALE, lane] = np.float32(0.0) if flat else st[KX_ISCALE, lane]
+        st[KX_LOW, lane] = lo if flat else st[KX_LOW, lane]
 
 
 @element_function
