@@ -36,9 +36,10 @@ from .gguf_search import (
     W_DIRECT,
     W_SIGMA,
     W_SQUARE,
-    kx_code,
+    kx_level,
     kx_search,
     kx_search_lanes,
+    nearest_clamped,
     qp_search,
     qx_code,
     qx_search,
@@ -137,12 +138,12 @@ def _kmin(x, c, rec, o, qw, use_qw, top, fs):
 
 
 @element_function
-def kmin_blocks(x, c, nb, rec, o, type_size, qw, use_qw, top, xt, wt, st, acc, fs):
+def kmin_blocks(x, c, nb, rec, o, type_size, qw, use_qw, top, xt, wt, lt, st, acc, fs):
     """Q4_K (``top`` 15) or Q5_K (31) records of the ``nb`` super-blocks at ``x[c:]`` into ``rec[o:]``, side by side.
 
     The ``8 * nb`` sub-block searches run as the lanes of one
     :func:`~nbquant.element.gguf_search.kx_search_lanes` (the same bits as :func:`q4k_block`
-    and :func:`q5k_block`). Scratch: ``xt`` and ``wt`` float32 (32, ``>= 8 * nb``); ``st``
+    and :func:`q5k_block`). Scratch: ``xt``, ``wt`` and ``lt`` float32 (32, ``>= 8 * nb``); ``st``
     (``KX_STATE_ROWS + 1``, ``>= 8 * nb``); ``acc`` (``KX_ACC_ROWS``, ``>= 8 * nb``); ``fs`` (``SCRATCH``).
     """
     for b in range(nb):
@@ -156,7 +157,7 @@ def kmin_blocks(x, c, nb, rec, o, type_size, qw, use_qw, top, xt, wt, st, acc, f
             for i in range(32):
                 xt[i, lane] = np.float32(x[cj + i])
                 wt[i, lane] = search_weight(x, qw, cj, i, aux, wmode)
-    kx_search_lanes(xt, wt, st, acc, 8 * nb, 32, top, rmin, rdelta, nstep, use_qw, False)
+    kx_search_lanes(xt, wt, lt, st, acc, 8 * nb, 32, top, rmin, rdelta, nstep, use_qw, False)
     for b in range(nb):
         for j in range(8):
             lane = 8 * b + j
@@ -198,9 +199,12 @@ def _kmin_record(x, c, rec, o, use_qw, top, fs):
         for j in range(32):
             rec[o + 16 + j] = np.uint8(0)
     for n in range(4):
+        ja, jb = 2 * n, 2 * n + 1
+        da, ma, ia, la = np.float32(fs[56 + ja]), np.float32(fs[64 + ja]), fs[16 + ja], fs[24 + ja]
+        db, mb, ib, lb = np.float32(fs[56 + jb]), np.float32(fs[64 + jb]), fs[16 + jb], fs[24 + jb]
         for j in range(32):
-            a = _kmin_code(x, c, 64 * n + j, top, fs)
-            b = _kmin_code(x, c, 64 * n + 32 + j, top, fs)
+            a = np.int64(_kmin_level(x[c + 32 * ja + j], top, da, ma, ia, la))
+            b = np.int64(_kmin_level(x[c + 32 * jb + j], top, db, mb, ib, lb))
             if top == 31:
                 h = np.int64(rec[o + 16 + j])
                 if a > 15:
@@ -214,13 +218,11 @@ def _kmin_record(x, c, rec, o, use_qw, top, fs):
 
 
 @element_function
-def _kmin_code(x, c, i, top, fs):
-    """The code of element ``i`` of a Q4_K/Q5_K super-block (the search's code where the sub-block's scale is 0)."""
-    j = i // 32
-    d = np.float32(fs[56 + j])
-    if d == 0:
-        return kx_code(x, c + 32 * j, i - 32 * j, top, fs[16 + j], fs[24 + j])
-    return max(np.int64(0), min(np.int64(top), nearest_int((np.float32(x[c + i]) + np.float32(fs[64 + j])) / d)))
+def _kmin_level(v, top, d, m, iscale, low):
+    """A Q4_K/Q5_K code (float32) of ``v`` under stored scale ``d`` and min ``m`` (the search's where ``d`` is 0)."""
+    searched = kx_level(v, iscale, low, top)
+    stored = nearest_clamped((np.float32(v) + m) / d, 0, top)
+    return searched if d == 0 else stored
 
 
 @element_function

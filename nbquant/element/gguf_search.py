@@ -12,17 +12,44 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 from .bits import element_function
 from .gguf_common import mul_f32, nearest_int
 
 __all__ = ["W_SQUARE", "W_SIGMA", "W_DIRECT", "W_AVX", "search_weight", "qx_search", "qx_code", "kx_search",
-           "kx_code", "kx_level", "kx_err_term", "kx_step_iscale", "kx_solve", "kx_search_lanes", "KX_SCALE", "KX_MIN",
-           "KX_ISCALE", "KX_LOW", "KX_STATE_ROWS", "KX_ACC_ROWS", "qp_search"]
+           "kx_code", "kx_level", "nearest_clamped", "kx_err_term", "kx_step_iscale", "kx_solve", "kx_search_lanes",
+           "KX_SCALE", "KX_MIN", "KX_ISCALE", "KX_LOW", "KX_STATE_ROWS", "KX_ACC_ROWS", "qp_search"]
 
 #: Weight modes: ``x**2``; ``qw * sqrt(aux + x**2)``; ``qw``; ``aux + |x|``.
 W_SQUARE, W_SIGMA, W_DIRECT, W_AVX = 0, 1, 2, 3
 _EPS = np.float32(1e-15)  # ggml's GROUP_MAX_EPS
+_I32 = ir.IntType(32)
+
+
+@intrinsic
+def _clamped_low_bits(typingctx, w, lo, hi):
+    """``float(clamp((bits(w) & 0x7FFFFF) - 0x400000, lo, hi))`` in 32-bit integers (no 64-bit lane in a loop)."""
+    if w != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        low = builder.sub(builder.and_(builder.bitcast(args[0], _I32), ir.Constant(_I32, 0x7FFFFF)),
+                          ir.Constant(_I32, 0x400000))
+        bottom, top = builder.trunc(args[1], _I32), builder.trunc(args[2], _I32)
+        low = builder.select(builder.icmp_signed(">", low, top), top, low)
+        low = builder.select(builder.icmp_signed("<", low, bottom), bottom, low)
+        return builder.sitofp(low, ir.FloatType())
+
+    return types.float32(types.float32, types.int64, types.int64), codegen
+
+
+@element_function
+def nearest_clamped(v, lo, hi):
+    """``float32(clamp(nearest_int(v), lo, hi))`` (``lo <= hi`` small integers), computed in 32-bit lanes."""
+    return _clamped_low_bits(np.float32(np.float32(v) + np.float32(12582912.0)), np.int64(lo), np.int64(hi))
 
 
 @element_function
@@ -44,7 +71,7 @@ def _qx_sums(x, qw, c, n, aux, wmode, nmax, iscale):
     suml2 = np.float32(0.0)
     for j in range(n):
         v = np.float32(x[c + j])
-        fl = np.float32(max(-nmax, min(nmax - 1, nearest_int(mul_f32(iscale, v)))))
+        fl = nearest_clamped(mul_f32(iscale, v), -nmax, nmax - 1)
         w = search_weight(x, qw, c, j, aux, wmode)
         sumlx = sumlx + mul_f32(mul_f32(w, v), fl)
         suml2 = suml2 + mul_f32(mul_f32(w, fl), fl)
@@ -90,14 +117,14 @@ def qx_code(x, c, j, nmax, iscale):
 
 @element_function
 def kx_level(v, iscale, low, top):
-    """``make_qkx*_quants``' code of the value ``v``: ``clamp(nearest_int(iscale * (v - low)), 0, top)``."""
-    return max(np.int64(0), min(np.int64(top), nearest_int(mul_f32(iscale, np.float32(v) - np.float32(low)))))
+    """``make_qkx*_quants``' code of the value ``v`` as float32: ``clamp(nearest_int(iscale * (v - low)), 0, top)``."""
+    return nearest_clamped(mul_f32(iscale, np.float32(v) - np.float32(low)), 0, top)
 
 
 @element_function
 def kx_code(x, c, j, top, iscale, low):
-    """:func:`kx_level` of ``x[c + j]``."""
-    return kx_level(x[c + j], iscale, low, top)
+    """:func:`kx_level` of ``x[c + j]`` as an integer."""
+    return np.int64(kx_level(x[c + j], iscale, low, top))
 
 
 @element_function
@@ -131,7 +158,7 @@ def _kx_error(x, qw, c, n, aux, wmode, top, iscale, low, scale, shift, use_mad):
     err = np.float32(0.0)
     for j in range(n):
         v = np.float32(x[c + j])
-        fl = np.float32(kx_level(v, iscale, low, top))
+        fl = kx_level(v, iscale, low, top)
         err = err + kx_err_term(v, search_weight(x, qw, c, j, aux, wmode), fl, scale, shift, use_mad)
     return err
 
@@ -176,7 +203,7 @@ def kx_search(x, qw, c, n, aux, wmode, top, rmin, rdelta, nstep, flat_below, use
         sum_xl = np.float32(0.0)
         for j in range(n):
             v = np.float32(x[c + j])
-            fl = np.float32(kx_level(v, iscale, low, top))
+            fl = kx_level(v, iscale, low, top)
             wl = mul_f32(search_weight(x, qw, c, j, aux, wmode), fl)
             sum_l = sum_l + wl
             sum_l2 = sum_l2 + mul_f32(wl, fl)
@@ -200,27 +227,25 @@ KX_STATE_ROWS, KX_ACC_ROWS = 15, 4
 
 
 @element_function
-def _kx_error_lanes(xt, wt, st, acc, lanes, n, top, use_mad):
-    """:func:`_kx_error` of each lane (codes of rows ``_STEP_ISCALE``/``_STEP_LOW``) into ``acc[3]``."""
+def _kx_error_lanes(xt, wt, lt, st, acc, lanes, n, use_mad):
+    """:func:`_kx_error` of each lane over the codes ``lt[:n, lane]`` into ``acc[3]``."""
     for lane in range(lanes):
         acc[3, lane] = np.float32(0.0)
     for j in range(n):
         for lane in range(lanes):
-            v = xt[j, lane]
-            fl = np.float32(kx_level(v, st[_STEP_ISCALE, lane], st[_STEP_LOW, lane], top))
-            acc[3, lane] = acc[3, lane] + kx_err_term(v, wt[j, lane], fl, st[_THIS_SCALE, lane], st[_THIS_MIN, lane],
-                                                      use_mad)
+            acc[3, lane] = acc[3, lane] + kx_err_term(xt[j, lane], wt[j, lane], lt[j, lane], st[_THIS_SCALE, lane],
+                                                      st[_THIS_MIN, lane], use_mad)
 
 
 @element_function
-def kx_search_lanes(xt, wt, st, acc, lanes, n, top, rmin, rdelta, nstep, flat_below, use_mad):
+def kx_search_lanes(xt, wt, lt, st, acc, lanes, n, top, rmin, rdelta, nstep, flat_below, use_mad):
     """:func:`kx_search` of ``lanes`` blocks side by side: block ``l``'s values ``xt[:n, l]``, weights ``wt[:n, l]``.
 
     Each lane accumulates in :func:`kx_search`'s order, so its results are the same bits;
     the loops over lanes have no dependence between iterations, which the compiler turns
     into vector instructions. A lane's results are ``st[KX_SCALE, l]``, ``st[KX_MIN, l]``,
-    ``st[KX_ISCALE, l]`` and ``st[KX_LOW, l]``; ``st`` (``KX_STATE_ROWS``, ``>= lanes``)
-    and ``acc`` (``KX_ACC_ROWS``, ``>= lanes``) are float32 scratch.
+    ``st[KX_ISCALE, l]`` and ``st[KX_LOW, l]``; ``lt`` (``n``, ``>= lanes``, a step's codes),
+    ``st`` (``KX_STATE_ROWS``, ``>= lanes``) and ``acc`` (``KX_ACC_ROWS``, ``>= lanes``) are float32 scratch.
     """
     for lane in range(lanes):
         v = xt[0, lane]
@@ -253,7 +278,10 @@ def kx_search_lanes(xt, wt, st, acc, lanes, n, top, rmin, rdelta, nstep, flat_be
         st[KX_SCALE, lane] = np.float32(1.0) / iscale
         st[KX_ISCALE, lane] = iscale
         st[KX_LOW, lane] = lo
-    _kx_error_lanes(xt, wt, st, acc, lanes, n, top, use_mad)
+    for j in range(n):
+        for lane in range(lanes):
+            lt[j, lane] = kx_level(xt[j, lane], st[_STEP_ISCALE, lane], st[_STEP_LOW, lane], top)
+    _kx_error_lanes(xt, wt, lt, st, acc, lanes, n, use_mad)
     for lane in range(lanes):
         st[_BEST, lane] = acc[3, lane]
     for step in range(nstep + 1):
@@ -266,7 +294,8 @@ def kx_search_lanes(xt, wt, st, acc, lanes, n, top, rmin, rdelta, nstep, flat_be
         for j in range(n):
             for lane in range(lanes):
                 v = xt[j, lane]
-                fl = np.float32(kx_level(v, st[_STEP_ISCALE, lane], st[_STEP_LOW, lane], top))
+                fl = kx_level(v, st[_STEP_ISCALE, lane], st[_STEP_LOW, lane], top)
+                lt[j, lane] = fl
                 wl = mul_f32(wt[j, lane], fl)
                 acc[0, lane] = acc[0, lane] + wl
                 acc[1, lane] = acc[1, lane] + mul_f32(wl, fl)
@@ -277,7 +306,7 @@ def kx_search_lanes(xt, wt, st, acc, lanes, n, top, rmin, rdelta, nstep, flat_be
             st[_DET, lane] = det
             st[_THIS_SCALE, lane] = this_scale
             st[_THIS_MIN, lane] = this_min
-        _kx_error_lanes(xt, wt, st, acc, lanes, n, top, use_mad)
+        _kx_error_lanes(xt, wt, lt, st, acc, lanes, n, use_mad)
         for lane in range(lanes):  # kx_search's update where det > 0 and the error is lower, as selects
             better = st[_DET, lane] > 0 and acc[3, lane] < st[_BEST, lane]
             st[_BEST, lane] = acc[3, lane] if better else st[_BEST, lane]

@@ -69,6 +69,7 @@ def _kmin_rows(top):
         lanes = 8 * KMIN_GROUP
         xt = np.empty((32, lanes), np.float32)
         wt = np.empty((32, lanes), np.float32)
+        lt = np.empty((32, lanes), np.float32)
         st = np.empty((KX_STATE_ROWS + 1, lanes), np.float32)
         acc = np.empty((KX_ACC_ROWS, lanes), np.float32)
         fs = np.empty(SCRATCH, np.float32)
@@ -78,7 +79,7 @@ def _kmin_rows(top):
             orow = out[r]
             for b in range(0, blocks, KMIN_GROUP):
                 kmin_blocks(xr, b * 256, min(KMIN_GROUP, blocks - b), orow, b * type_size, type_size, qw, use_qw, top,
-                            xt, wt, st, acc, fs)
+                            xt, wt, lt, st, acc, fs)
     return rows
 
 
