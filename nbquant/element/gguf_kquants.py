@@ -32,6 +32,8 @@ from .gguf_search import (
     KX_MIN,
     KX_SCALE,
     KX_STATE_ROWS,
+    QX_ISCALE,
+    QX_SCALE,
     W_AVX,
     W_DIRECT,
     W_SIGMA,
@@ -41,13 +43,13 @@ from .gguf_search import (
     kx_search_lanes,
     nearest_clamped,
     qp_search,
-    qx_code,
     qx_search,
+    qx_search_lanes,
     search_weight,
 )
 
 __all__ = ["Q4_K", "Q5_K", "Q6_K", "SCRATCH", "KQUANT_QUANTIZERS", "kquant_quantize_block", "kquant_dequantize_block",
-           "kmin_blocks"]
+           "kmin_blocks", "q6k_blocks"]
 
 #: ggml type ids.
 Q4_K, Q5_K, Q6_K = 12, 13, 14
@@ -226,23 +228,57 @@ def _kmin_level(v, top, d, m, iscale, low):
 
 
 @element_function
-def _q6k_code(x, c, i, fs):
-    j = i // 16
-    d = np.float32(fs[32 + j])
-    if d == 0:
-        return qx_code(x, c + 16 * j, i - 16 * j, np.int64(32), fs[16 + j])
-    return max(np.int64(-32), min(np.int64(31), nearest_int(np.float32(x[c + i]) / d))) + 32
+def _q6k_level(v, d, iscale):
+    """A Q6_K code (float32) of ``v`` under the stored scale ``d`` (the search's code where ``d`` is 0)."""
+    v = np.float32(v)
+    d = np.float32(d)
+    searched = np.float32(0.0) if iscale != iscale else nearest_clamped(mul_f32(iscale, v), -32, 31) + np.float32(32.0)
+    stored = nearest_clamped(v / d, -32, 31) + np.float32(32.0)
+    return searched if d == 0 else stored
 
 
 @element_function
 def _q6k(x, c, rec, o, qw, use_qw, fs):
-    max_scale = np.float32(0.0)
-    max_abs = np.float32(0.0)
     for j in range(16):
         scale, iscale = qx_search(x, qw, c + 16 * j, 16, np.float32(0.0), W_DIRECT if use_qw else W_SQUARE,
                                   np.int64(32))
         fs[j] = scale
         fs[16 + j] = iscale
+    _q6k_record(x, c, rec, o, fs)
+
+
+@element_function
+def q6k_blocks(x, c, nb, rec, o, type_size, qw, use_qw, xt, wt, st, acc, fs):
+    """Q6_K records of the ``nb`` super-blocks at ``x[c:]`` into ``rec[o:]``, their sub-block searches side by side.
+
+    The ``16 * nb`` searches run as the lanes of one
+    :func:`~nbquant.element.gguf_search.qx_search_lanes` (the same bits as the one-block
+    function). Scratch: ``xt``, ``wt`` float32 (16, ``>= 16 * nb``); ``st`` (``QX_STATE_ROWS``,
+    ``>= 16 * nb``); ``acc`` (2, ``>= 16 * nb``); ``fs`` (``SCRATCH``).
+    """
+    wmode = W_DIRECT if use_qw else W_SQUARE
+    for b in range(nb):
+        for j in range(16):
+            cj = c + 256 * b + 16 * j
+            lane = 16 * b + j
+            for i in range(16):
+                xt[i, lane] = np.float32(x[cj + i])
+                wt[i, lane] = search_weight(x, qw, cj, i, np.float32(0.0), wmode)
+    qx_search_lanes(xt, wt, st, acc, 16 * nb, 16, np.int64(32))
+    for b in range(nb):
+        for j in range(16):
+            fs[j] = st[QX_SCALE, 16 * b + j]
+            fs[16 + j] = st[QX_ISCALE, 16 * b + j]
+        _q6k_record(x, c + 256 * b, rec, o + type_size * b, fs)
+
+
+@element_function
+def _q6k_record(x, c, rec, o, fs):
+    """The Q6_K record at ``rec[o:]`` from the sub-block searches' scales fs[0:16] and codes' iscales fs[16:32]."""
+    max_scale = np.float32(0.0)
+    max_abs = np.float32(0.0)
+    for j in range(16):
+        scale = fs[j]
         if abs(scale) > max_abs:
             max_abs = abs(scale)
             max_scale = scale
@@ -258,16 +294,26 @@ def _q6k(x, c, rec, o, qw, use_qw, fs):
         rec[o + 192 + j] = np.uint8(sc & 0xFF)
         fs[32 + j] = dq * np.float32(((sc & 0xFF) ^ 0x80) - 0x80)
     for h in range(2):
-        for k in range(32):
-            base = 128 * h + k
-            q1 = _q6k_code(x, c, base, fs)
-            q2 = _q6k_code(x, c, base + 32, fs)
-            q3 = _q6k_code(x, c, base + 64, fs)
-            q4 = _q6k_code(x, c, base + 96, fs)
-            rec[o + 64 * h + k] = np.uint8(((q1 & 0xF) | ((q3 & 0xF) << 4)) & 0xFF)
-            rec[o + 64 * h + 32 + k] = np.uint8(((q2 & 0xF) | ((q4 & 0xF) << 4)) & 0xFF)
-            rec[o + 128 + 32 * h + k] = np.uint8(((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6))
-                                                 & 0xFF)
+        for half in range(2):  # sub-block j + 2 * t holds elements 128 * h + 32 * t + k, k // 16 == half
+            j = 8 * h + half
+            d1, d2, d3, d4 = fs[32 + j], fs[34 + j], fs[36 + j], fs[38 + j]
+            i1, i2, i3, i4 = fs[16 + j], fs[18 + j], fs[20 + j], fs[22 + j]
+            for kk in range(16):
+                k = 16 * half + kk
+                base = c + 128 * h + k
+                q1 = np.int64(_q6k_level(x[base], d1, i1))
+                q2 = np.int64(_q6k_level(x[base + 32], d2, i2))
+                q3 = np.int64(_q6k_level(x[base + 64], d3, i3))
+                q4 = np.int64(_q6k_level(x[base + 96], d4, i4))
+                _q6k_pack(rec, o, h, k, q1, q2, q3, q4)
+
+
+@element_function
+def _q6k_pack(rec, o, h, k, q1, q2, q3, q4):
+    """Store the four 6-bit codes of column ``k`` of half ``h`` of a Q6_K record."""
+    rec[o + 64 * h + k] = np.uint8(((q1 & 0xF) | ((q3 & 0xF) << 4)) & 0xFF)
+    rec[o + 64 * h + 32 + k] = np.uint8(((q2 & 0xF) | ((q4 & 0xF) << 4)) & 0xFF)
+    rec[o + 128 + 32 * h + k] = np.uint8(((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6)) & 0xFF)
 
 
 @element_function

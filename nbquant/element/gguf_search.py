@@ -21,7 +21,9 @@ from .gguf_common import mul_f32, nearest_int
 
 __all__ = ["W_SQUARE", "W_SIGMA", "W_DIRECT", "W_AVX", "search_weight", "qx_search", "qx_code", "kx_search",
            "kx_code", "kx_level", "nearest_clamped", "kx_err_term", "kx_step_iscale", "kx_solve", "kx_search_lanes",
-           "KX_SCALE", "KX_MIN", "KX_ISCALE", "KX_LOW", "KX_STATE_ROWS", "KX_ACC_ROWS", "qp_search"]
+           "KX_SCALE", "KX_MIN", "KX_ISCALE", "KX_LOW", "KX_STATE_ROWS", "KX_ACC_ROWS", "qx_step_iscale", "qx_better",
+           "qx_search_lanes", "QX_SCALE", "QX_ISCALE", "QX_STATE_ROWS",
+           "qp_search"]
 
 #: Weight modes: ``x**2``; ``qw * sqrt(aux + x**2)``; ``qw``; ``aux + |x|``.
 W_SQUARE, W_SIGMA, W_DIRECT, W_AVX = 0, 1, 2, 3
@@ -79,6 +81,18 @@ def _qx_sums(x, qw, c, n, aux, wmode, nmax, iscale):
 
 
 @element_function
+def qx_step_iscale(nmax, step, mx):
+    """The inverse scale that step ``step`` of ``make_qx_quants`` tries: ``-(nmax + 0.1 * step) / mx``."""
+    return -(np.float32(nmax) + mul_f32(np.float32(0.1), np.float32(step))) / mx
+
+
+@element_function
+def qx_better(sumlx, suml2, best):
+    """Whether a ``make_qx_quants`` step's sums beat the best so far."""
+    return suml2 > 0 and mul_f32(sumlx, sumlx) > mul_f32(best, suml2)
+
+
+@element_function
 def qx_search(x, qw, c, n, aux, wmode, nmax):
     """``make_qx_quants(n, nmax, x, L, 1, weights)``: ``(scale, iscale of the codes)``, iscale NaN if all zero."""
     mx = np.float32(0.0)
@@ -98,9 +112,9 @@ def qx_search(x, qw, c, n, aux, wmode, nmax):
     for step in range(-9, 10):
         if step == 0:
             continue
-        iscale = -(np.float32(nmax) + mul_f32(np.float32(0.1), np.float32(step))) / mx
+        iscale = qx_step_iscale(nmax, step, mx)
         sumlx, suml2 = _qx_sums(x, qw, c, n, aux, wmode, nmax, iscale)
-        if suml2 > 0 and mul_f32(sumlx, sumlx) > mul_f32(best, suml2):
+        if qx_better(sumlx, suml2, best):
             best_iscale = iscale
             scale = sumlx / suml2
             best = scale * sumlx
@@ -321,6 +335,72 @@ def kx_search_lanes(xt, wt, lt, st, acc, lanes, n, top, rmin, rdelta, nstep, fla
         st[KX_MIN, lane] = lo if flat else st[KX_MIN, lane]
         st[KX_ISCALE, lane] = np.float32(0.0) if flat else st[KX_ISCALE, lane]
         st[KX_LOW, lane] = lo if flat else st[KX_LOW, lane]
+
+
+#: Rows of :func:`qx_search_lanes`' state array: its results (scale, codes' iscale), then its work.
+QX_SCALE, QX_ISCALE = 0, 1
+_QX_MX, _QX_AMAX, _QX_STEP, _QX_BEST = 2, 3, 4, 5
+QX_STATE_ROWS = 6
+
+
+@element_function
+def _qx_sums_lanes(xt, wt, st, acc, lanes, n, nmax):
+    """:func:`_qx_sums` of each lane at the inverse scale ``st[_QX_STEP]``: sumlx into ``acc[0]``, suml2 ``acc[1]``."""
+    for lane in range(lanes):
+        acc[0, lane] = np.float32(0.0)
+        acc[1, lane] = np.float32(0.0)
+    for j in range(n):
+        for lane in range(lanes):
+            v = xt[j, lane]
+            w = wt[j, lane]
+            fl = nearest_clamped(mul_f32(st[_QX_STEP, lane], v), -nmax, nmax - 1)
+            acc[0, lane] = acc[0, lane] + mul_f32(mul_f32(w, v), fl)
+            acc[1, lane] = acc[1, lane] + mul_f32(mul_f32(w, fl), fl)
+
+
+@element_function
+def qx_search_lanes(xt, wt, st, acc, lanes, n, nmax):
+    """:func:`qx_search` of ``lanes`` blocks side by side: block ``l``'s values ``xt[:n, l]``, weights ``wt[:n, l]``.
+
+    Each lane keeps :func:`qx_search`'s float32 order (the same bits); its results are
+    ``st[QX_SCALE, l]`` and ``st[QX_ISCALE, l]``. ``st`` (``QX_STATE_ROWS``, ``>= lanes``)
+    and ``acc`` (2, ``>= lanes``) are float32 scratch.
+    """
+    for lane in range(lanes):
+        st[_QX_MX, lane] = np.float32(0.0)
+        st[_QX_AMAX, lane] = np.float32(0.0)
+    for j in range(n):
+        for lane in range(lanes):
+            v = xt[j, lane]
+            bigger = abs(v) > st[_QX_AMAX, lane]
+            st[_QX_AMAX, lane] = abs(v) if bigger else st[_QX_AMAX, lane]
+            st[_QX_MX, lane] = v if bigger else st[_QX_MX, lane]
+    for lane in range(lanes):
+        st[_QX_STEP, lane] = np.float32(-nmax) / st[_QX_MX, lane]
+    _qx_sums_lanes(xt, wt, st, acc, lanes, n, nmax)
+    for lane in range(lanes):
+        sumlx, suml2 = acc[0, lane], acc[1, lane]
+        scale = sumlx / suml2 if suml2 != 0 else np.float32(0.0)
+        st[QX_SCALE, lane] = scale
+        st[QX_ISCALE, lane] = st[_QX_STEP, lane]
+        st[_QX_BEST, lane] = scale * sumlx
+    for step in range(-9, 10):
+        if step == 0:
+            continue
+        for lane in range(lanes):
+            st[_QX_STEP, lane] = qx_step_iscale(nmax, step, st[_QX_MX, lane])
+        _qx_sums_lanes(xt, wt, st, acc, lanes, n, nmax)
+        for lane in range(lanes):  # qx_search's update, as selects
+            sumlx, suml2 = acc[0, lane], acc[1, lane]
+            better = qx_better(sumlx, suml2, st[_QX_BEST, lane])
+            scale = sumlx / suml2
+            st[QX_ISCALE, lane] = st[_QX_STEP, lane] if better else st[QX_ISCALE, lane]
+            st[QX_SCALE, lane] = scale if better else st[QX_SCALE, lane]
+            st[_QX_BEST, lane] = scale * sumlx if better else st[_QX_BEST, lane]
+    for lane in range(lanes):  # an all-zero block: qx_search's early return
+        tiny = st[_QX_AMAX, lane] < _EPS
+        st[QX_SCALE, lane] = np.float32(0.0) if tiny else st[QX_SCALE, lane]
+        st[QX_ISCALE, lane] = np.float32(np.nan) if tiny else st[QX_ISCALE, lane]
 
 
 @element_function
