@@ -26,9 +26,30 @@ from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16, sum_s
 from .gguf_iq4 import IQ4_XS, iq4_dequantize_block, iq4_xs_block
 from .gguf_q2k import Q2_K, Q2K_SCRATCH, q2k_dequantize_block, q2k_quantize_block
 from .gguf_q3k import Q3_K, Q3K_SCRATCH, q3k_dequantize_block, q3k_quantize_block
-from .gguf_search import W_AVX, W_DIRECT, W_SIGMA, W_SQUARE, kx_code, kx_search, qp_search, qx_code, qx_search
+from .gguf_search import (
+    KX_ISCALE,
+    KX_LOW,
+    KX_MIN,
+    KX_SCALE,
+    KX_STATE_ROWS,
+    QX_ISCALE,
+    QX_SCALE,
+    W_AVX,
+    W_DIRECT,
+    W_SIGMA,
+    W_SQUARE,
+    kx_level,
+    kx_search,
+    kx_search_lanes,
+    nearest_clamped,
+    qp_search,
+    qx_search,
+    qx_search_lanes,
+    search_weight,
+)
 
-__all__ = ["Q4_K", "Q5_K", "Q6_K", "SCRATCH", "KQUANT_QUANTIZERS", "kquant_quantize_block", "kquant_dequantize_block"]
+__all__ = ["Q4_K", "Q5_K", "Q6_K", "SCRATCH", "KQUANT_QUANTIZERS", "kquant_quantize_block", "kquant_dequantize_block",
+           "kmin_blocks", "q6k_blocks"]
 
 #: ggml type ids.
 Q4_K, Q5_K, Q6_K = 12, 13, 14
@@ -52,33 +73,53 @@ def _scale_min(rec, o, j):
 
 
 @element_function
+def _kmin_sigma2(x, c, use_qw):
+    """``quantize_row_q{4,5}_K_impl``'s ``sigma2`` of the super-block (0 without importance weights)."""
+    return mul_f32(np.float32(2.0), sum_squares(x, c, 256)) / np.float32(256.0) if use_qw else np.float32(0.0)
+
+
+@element_function
+def _kmin_sub_block(x, cj, qw, use_qw, top, sigma2):
+    """A sub-block's summed weights and its search's ``(aux, wmode, rmin, rdelta, nstep)``."""
+    s = np.float32(0.0)
+    for i in range(32):
+        v = np.float32(x[cj + i])
+        s = s + (mul_f32(np.float32(qw[cj + i]), np.float32(math.sqrt(sigma2 + mul_f32(v, v)))) if use_qw
+                 else mul_f32(v, v))
+    if use_qw:  # quantize_row_q{4,5}_K_impl: make_qkx3_quants on the importance weights
+        return s, sigma2, W_SIGMA, np.float32(-0.9), np.float32(0.05), 36
+    # the _ref rows: make_qkx2_quants on av_x + |x|
+    aux = np.float32(math.sqrt(s / np.float32(32.0)))
+    if top == 15:
+        return s, aux, W_AVX, np.float32(-1.0), np.float32(0.1), 20
+    return s, aux, W_AVX, np.float32(-0.5), np.float32(0.1), 15
+
+
+@element_function
 def _kmin_scales(x, c, qw, use_qw, top, fs):
-    """Sub-block searches of Q4_K/Q5_K: scales fs[0:8], mins fs[8:16], codes' iscale/low fs[16:32]; (d, dmin)."""
-    sigma2 = mul_f32(np.float32(2.0), sum_squares(x, c, 256)) / np.float32(256.0) if use_qw else np.float32(0.0)
-    max_scale = np.float32(0.0)
-    max_min = np.float32(0.0)
+    """Sub-block searches: scales fs[0:8], mins fs[8:16], codes' iscale/low fs[16:32], weights fs[32:40]."""
+    sigma2 = _kmin_sigma2(x, c, use_qw)
     for j in range(8):
         cj = c + 32 * j
-        s = np.float32(0.0)
-        for i in range(32):
-            v = np.float32(x[cj + i])
-            s = s + (mul_f32(np.float32(qw[cj + i]), np.float32(math.sqrt(sigma2 + mul_f32(v, v)))) if use_qw
-                     else mul_f32(v, v))
-        if use_qw:  # quantize_row_q{4,5}_K_impl: make_qkx3_quants on the importance weights
-            fs[32 + j] = s
-            aux, wmode, rmin, rdelta, nstep = sigma2, W_SIGMA, np.float32(-0.9), np.float32(0.05), 36
-        else:  # the _ref rows: make_qkx2_quants on av_x + |x|
-            aux, wmode, rdelta = np.float32(math.sqrt(s / np.float32(32.0))), W_AVX, np.float32(0.1)
-            rmin, nstep = (np.float32(-1.0), 20) if top == 15 else (np.float32(-0.5), 15)
+        s, aux, wmode, rmin, rdelta, nstep = _kmin_sub_block(x, cj, qw, use_qw, top, sigma2)
         scale, low, iscale, code_low = kx_search(x, qw, cj, 32, aux, wmode, top, rmin, rdelta, nstep, use_qw, False)
         fs[j] = scale
         fs[8 + j] = -low
         fs[16 + j] = iscale
         fs[24 + j] = code_low
-        if scale > max_scale:
-            max_scale = scale
-        if -low > max_min:
-            max_min = -low
+        fs[32 + j] = s
+
+
+@element_function
+def _kmin_levels(use_qw, fs):
+    """The 6-bit scale and min codes (fs[40:48], fs[48:56]) of the searches' fs[0:40]; returns ``(d, dmin)``."""
+    max_scale = np.float32(0.0)
+    max_min = np.float32(0.0)
+    for j in range(8):
+        if fs[j] > max_scale:
+            max_scale = fs[j]
+        if fs[8 + j] > max_min:
+            max_min = fs[8 + j]
     if use_qw:  # make_qp_quants of the scales (codes to fs[40:48]), then of the mins (fs[48:56])
         for t in range(2):
             fs[72 + t] = qp_search(fs, 8 * t, 8, 63, fs, 32, fs, 40 + 8 * t)
@@ -94,7 +135,46 @@ def _kmin_scales(x, c, qw, use_qw, top, fs):
 @element_function
 def _kmin(x, c, rec, o, qw, use_qw, top, fs):
     """Q4_K (``top`` 15) or Q5_K (31)."""
-    d, dmin = _kmin_scales(x, c, qw, use_qw, top, fs)
+    _kmin_scales(x, c, qw, use_qw, top, fs)
+    _kmin_record(x, c, rec, o, use_qw, top, fs)
+
+
+@element_function
+def kmin_blocks(x, c, nb, rec, o, type_size, qw, use_qw, top, xt, wt, lt, st, acc, fs):
+    """Q4_K (``top`` 15) or Q5_K (31) records of the ``nb`` super-blocks at ``x[c:]`` into ``rec[o:]``, side by side.
+
+    The ``8 * nb`` sub-block searches run as the lanes of one
+    :func:`~nbquant.element.gguf_search.kx_search_lanes` (the same bits as :func:`q4k_block`
+    and :func:`q5k_block`). Scratch: ``xt``, ``wt`` and ``lt`` float32 (32, ``>= 8 * nb``); ``st``
+    (``KX_STATE_ROWS + 1``, ``>= 8 * nb``); ``acc`` (``KX_ACC_ROWS``, ``>= 8 * nb``); ``fs`` (``SCRATCH``).
+    """
+    for b in range(nb):
+        cb = c + 256 * b
+        sigma2 = _kmin_sigma2(x, cb, use_qw)
+        for j in range(8):
+            cj = cb + 32 * j
+            lane = 8 * b + j
+            s, aux, wmode, rmin, rdelta, nstep = _kmin_sub_block(x, cj, qw, use_qw, top, sigma2)
+            st[KX_STATE_ROWS, lane] = s
+            for i in range(32):
+                xt[i, lane] = np.float32(x[cj + i])
+                wt[i, lane] = search_weight(x, qw, cj, i, aux, wmode)
+    kx_search_lanes(xt, wt, lt, st, acc, 8 * nb, 32, top, rmin, rdelta, nstep, use_qw, False)
+    for b in range(nb):
+        for j in range(8):
+            lane = 8 * b + j
+            fs[j] = st[KX_SCALE, lane]
+            fs[8 + j] = -st[KX_MIN, lane]
+            fs[16 + j] = st[KX_ISCALE, lane]
+            fs[24 + j] = st[KX_LOW, lane]
+            fs[32 + j] = st[KX_STATE_ROWS, lane]
+        _kmin_record(x, c + 256 * b, rec, o + type_size * b, use_qw, top, fs)
+
+
+@element_function
+def _kmin_record(x, c, rec, o, use_qw, top, fs):
+    """The Q4_K/Q5_K record at ``rec[o:]`` from the sub-block searches' fs[0:40] (:func:`_kmin_scales`)."""
+    d, dmin = _kmin_levels(use_qw, fs)
     put_u16(rec, o, ggml_f16(d))
     put_u16(rec, o + 2, ggml_f16(dmin))
     so = o + 4
@@ -121,9 +201,12 @@ def _kmin(x, c, rec, o, qw, use_qw, top, fs):
         for j in range(32):
             rec[o + 16 + j] = np.uint8(0)
     for n in range(4):
+        ja, jb = 2 * n, 2 * n + 1
+        da, ma, ia, la = np.float32(fs[56 + ja]), np.float32(fs[64 + ja]), fs[16 + ja], fs[24 + ja]
+        db, mb, ib, lb = np.float32(fs[56 + jb]), np.float32(fs[64 + jb]), fs[16 + jb], fs[24 + jb]
         for j in range(32):
-            a = _kmin_code(x, c, 64 * n + j, top, fs)
-            b = _kmin_code(x, c, 64 * n + 32 + j, top, fs)
+            a = np.int64(_kmin_level(x[c + 32 * ja + j], top, da, ma, ia, la))
+            b = np.int64(_kmin_level(x[c + 32 * jb + j], top, db, mb, ib, lb))
             if top == 31:
                 h = np.int64(rec[o + 16 + j])
                 if a > 15:
@@ -137,33 +220,65 @@ def _kmin(x, c, rec, o, qw, use_qw, top, fs):
 
 
 @element_function
-def _kmin_code(x, c, i, top, fs):
-    """The code of element ``i`` of a Q4_K/Q5_K super-block (the search's code where the sub-block's scale is 0)."""
-    j = i // 32
-    d = np.float32(fs[56 + j])
-    if d == 0:
-        return kx_code(x, c + 32 * j, i - 32 * j, top, fs[16 + j], fs[24 + j])
-    return max(np.int64(0), min(np.int64(top), nearest_int((np.float32(x[c + i]) + np.float32(fs[64 + j])) / d)))
+def _kmin_level(v, top, d, m, iscale, low):
+    """A Q4_K/Q5_K code (float32) of ``v`` under stored scale ``d`` and min ``m`` (the search's where ``d`` is 0)."""
+    searched = kx_level(v, iscale, low, top)
+    stored = nearest_clamped((np.float32(v) + m) / d, 0, top)
+    return searched if d == 0 else stored
 
 
 @element_function
-def _q6k_code(x, c, i, fs):
-    j = i // 16
-    d = np.float32(fs[32 + j])
-    if d == 0:
-        return qx_code(x, c + 16 * j, i - 16 * j, np.int64(32), fs[16 + j])
-    return max(np.int64(-32), min(np.int64(31), nearest_int(np.float32(x[c + i]) / d))) + 32
+def _q6k_level(v, d, iscale):
+    """A Q6_K code (float32) of ``v`` under the stored scale ``d`` (the search's code where ``d`` is 0)."""
+    v = np.float32(v)
+    d = np.float32(d)
+    searched = np.float32(0.0) if iscale != iscale else nearest_clamped(mul_f32(iscale, v), -32, 31) + np.float32(32.0)
+    stored = nearest_clamped(v / d, -32, 31) + np.float32(32.0)
+    return searched if d == 0 else stored
 
 
 @element_function
 def _q6k(x, c, rec, o, qw, use_qw, fs):
-    max_scale = np.float32(0.0)
-    max_abs = np.float32(0.0)
     for j in range(16):
         scale, iscale = qx_search(x, qw, c + 16 * j, 16, np.float32(0.0), W_DIRECT if use_qw else W_SQUARE,
                                   np.int64(32))
         fs[j] = scale
         fs[16 + j] = iscale
+    _q6k_record(x, c, rec, o, fs)
+
+
+@element_function
+def q6k_blocks(x, c, nb, rec, o, type_size, qw, use_qw, xt, wt, st, acc, fs):
+    """Q6_K records of the ``nb`` super-blocks at ``x[c:]`` into ``rec[o:]``, their sub-block searches side by side.
+
+    The ``16 * nb`` searches run as the lanes of one
+    :func:`~nbquant.element.gguf_search.qx_search_lanes` (the same bits as the one-block
+    function). Scratch: ``xt``, ``wt`` float32 (16, ``>= 16 * nb``); ``st`` (``QX_STATE_ROWS``,
+    ``>= 16 * nb``); ``acc`` (2, ``>= 16 * nb``); ``fs`` (``SCRATCH``).
+    """
+    wmode = W_DIRECT if use_qw else W_SQUARE
+    for b in range(nb):
+        for j in range(16):
+            cj = c + 256 * b + 16 * j
+            lane = 16 * b + j
+            for i in range(16):
+                xt[i, lane] = np.float32(x[cj + i])
+                wt[i, lane] = search_weight(x, qw, cj, i, np.float32(0.0), wmode)
+    qx_search_lanes(xt, wt, st, acc, 16 * nb, 16, np.int64(32))
+    for b in range(nb):
+        for j in range(16):
+            fs[j] = st[QX_SCALE, 16 * b + j]
+            fs[16 + j] = st[QX_ISCALE, 16 * b + j]
+        _q6k_record(x, c + 256 * b, rec, o + type_size * b, fs)
+
+
+@element_function
+def _q6k_record(x, c, rec, o, fs):
+    """The Q6_K record at ``rec[o:]`` from the sub-block searches' scales fs[0:16] and codes' iscales fs[16:32]."""
+    max_scale = np.float32(0.0)
+    max_abs = np.float32(0.0)
+    for j in range(16):
+        scale = fs[j]
         if abs(scale) > max_abs:
             max_abs = abs(scale)
             max_scale = scale
@@ -179,16 +294,26 @@ def _q6k(x, c, rec, o, qw, use_qw, fs):
         rec[o + 192 + j] = np.uint8(sc & 0xFF)
         fs[32 + j] = dq * np.float32(((sc & 0xFF) ^ 0x80) - 0x80)
     for h in range(2):
-        for k in range(32):
-            base = 128 * h + k
-            q1 = _q6k_code(x, c, base, fs)
-            q2 = _q6k_code(x, c, base + 32, fs)
-            q3 = _q6k_code(x, c, base + 64, fs)
-            q4 = _q6k_code(x, c, base + 96, fs)
-            rec[o + 64 * h + k] = np.uint8(((q1 & 0xF) | ((q3 & 0xF) << 4)) & 0xFF)
-            rec[o + 64 * h + 32 + k] = np.uint8(((q2 & 0xF) | ((q4 & 0xF) << 4)) & 0xFF)
-            rec[o + 128 + 32 * h + k] = np.uint8(((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6))
-                                                 & 0xFF)
+        for half in range(2):  # sub-block j + 2 * t holds elements 128 * h + 32 * t + k, k // 16 == half
+            j = 8 * h + half
+            d1, d2, d3, d4 = fs[32 + j], fs[34 + j], fs[36 + j], fs[38 + j]
+            i1, i2, i3, i4 = fs[16 + j], fs[18 + j], fs[20 + j], fs[22 + j]
+            for kk in range(16):
+                k = 16 * half + kk
+                base = c + 128 * h + k
+                q1 = np.int64(_q6k_level(x[base], d1, i1))
+                q2 = np.int64(_q6k_level(x[base + 32], d2, i2))
+                q3 = np.int64(_q6k_level(x[base + 64], d3, i3))
+                q4 = np.int64(_q6k_level(x[base + 96], d4, i4))
+                _q6k_pack(rec, o, h, k, q1, q2, q3, q4)
+
+
+@element_function
+def _q6k_pack(rec, o, h, k, q1, q2, q3, q4):
+    """Store the four 6-bit codes of column ``k`` of half ``h`` of a Q6_K record."""
+    rec[o + 64 * h + k] = np.uint8(((q1 & 0xF) | ((q3 & 0xF) << 4)) & 0xFF)
+    rec[o + 64 * h + 32 + k] = np.uint8(((q2 & 0xF) | ((q4 & 0xF) << 4)) & 0xFF)
+    rec[o + 128 + 32 * h + k] = np.uint8(((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6)) & 0xFF)
 
 
 @element_function

@@ -11,11 +11,21 @@ import numpy as np
 
 from ...element.bits import element_function
 from ...element.gguf_iq4 import IQ4_NL, IQ4_XS
-from ...element.gguf_kquants import KQUANT_QUANTIZERS, Q4_K, Q5_K, Q6_K, SCRATCH, kquant_dequantize_block
+from ...element.gguf_kquants import (
+    KQUANT_QUANTIZERS,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+    SCRATCH,
+    kmin_blocks,
+    kquant_dequantize_block,
+    q6k_blocks,
+)
 from ...element.gguf_legacy import LEGACY_QUANTIZERS, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, legacy_dequantize_block, row_sigma2
 from ...element.gguf_mxfp4 import MXFP4
 from ...element.gguf_q2k import Q2_K
 from ...element.gguf_q3k import Q3_K
+from ...element.gguf_search import KX_ACC_ROWS, KX_STATE_ROWS, QX_STATE_ROWS
 from ._kernel import cpu_kernel, part_range
 
 __all__ = ["QUANTIZE_KERNELS", "legacy_dequantize_kernel", "kquant_dequantize_kernel", "legacy_quantize",
@@ -54,6 +64,58 @@ def _kquant_rows(quantize_block):
     return rows
 
 
+#: Super-blocks whose Q4_K/Q5_K sub-block searches run side by side (8 lanes each).
+KMIN_GROUP = 8
+
+
+def _kmin_rows(top):
+    """The row walk of Q4_K (``top`` 15) / Q5_K (31): groups of :data:`KMIN_GROUP` super-blocks searched as lanes."""
+
+    @element_function
+    def rows(part, parts, x, qw, use_qw, type_size, out):
+        n_rows, n = x.shape
+        first, last = part_range(n_rows, part, parts)
+        lanes = 8 * KMIN_GROUP
+        xt = np.empty((32, lanes), np.float32)
+        wt = np.empty((32, lanes), np.float32)
+        lt = np.empty((32, lanes), np.float32)
+        st = np.empty((KX_STATE_ROWS + 1, lanes), np.float32)
+        acc = np.empty((KX_ACC_ROWS, lanes), np.float32)
+        fs = np.empty(SCRATCH, np.float32)
+        blocks = n // 256
+        for r in range(first, last):
+            xr = x[r]
+            orow = out[r]
+            for b in range(0, blocks, KMIN_GROUP):
+                kmin_blocks(xr, b * 256, min(KMIN_GROUP, blocks - b), orow, b * type_size, type_size, qw, use_qw, top,
+                            xt, wt, lt, st, acc, fs)
+    return rows
+
+
+#: Super-blocks whose Q6_K sub-block searches run side by side (16 lanes each).
+Q6K_GROUP = 4
+
+
+@element_function
+def _q6_k_rows(part, parts, x, qw, use_qw, type_size, out):
+    """The row walk of Q6_K: groups of :data:`Q6K_GROUP` super-blocks searched as lanes."""
+    n_rows, n = x.shape
+    first, last = part_range(n_rows, part, parts)
+    lanes = 16 * Q6K_GROUP
+    xt = np.empty((16, lanes), np.float32)
+    wt = np.empty((16, lanes), np.float32)
+    st = np.empty((QX_STATE_ROWS, lanes), np.float32)
+    acc = np.empty((2, lanes), np.float32)
+    fs = np.empty(SCRATCH, np.float32)
+    blocks = n // 256
+    for r in range(first, last):
+        xr = x[r]
+        orow = out[r]
+        for b in range(0, blocks, Q6K_GROUP):
+            q6k_blocks(xr, b * 256, min(Q6K_GROUP, blocks - b), orow, b * type_size, type_size, qw, use_qw, xt, wt, st,
+                       acc, fs)
+
+
 # One quantize kernel per format, so that a first call compiles its format alone (Q8_0 in seconds; a kernel that
 # dispatched on the format at run time compiled every format, minutes). Each is a top-level function calling its
 # row walk, so Numba's disk cache keys it on its own code (a closure's key would hold a dispatcher's per-process id).
@@ -66,9 +128,8 @@ _iq4_nl_rows = _legacy_rows(LEGACY_QUANTIZERS[IQ4_NL])
 _mxfp4_rows = _legacy_rows(LEGACY_QUANTIZERS[MXFP4])
 _q2_k_rows = _kquant_rows(KQUANT_QUANTIZERS[Q2_K])
 _q3_k_rows = _kquant_rows(KQUANT_QUANTIZERS[Q3_K])
-_q4_k_rows = _kquant_rows(KQUANT_QUANTIZERS[Q4_K])
-_q5_k_rows = _kquant_rows(KQUANT_QUANTIZERS[Q5_K])
-_q6_k_rows = _kquant_rows(KQUANT_QUANTIZERS[Q6_K])
+_q4_k_rows = _kmin_rows(np.int64(15))
+_q5_k_rows = _kmin_rows(np.int64(31))
 _iq4_xs_rows = _kquant_rows(KQUANT_QUANTIZERS[IQ4_XS])
 
 
