@@ -215,3 +215,18 @@ def test_inputs_are_not_modified():
     assert _same(x, x0) and _same(w, w0) and _same(q, q0)
 
 
+
+
+def test_every_format_has_its_element_functions_and_kernels():
+    """One quantize and one dequantize element function per format, and a cpu kernel of each (a first call compiles
+    its format alone)."""
+    from nbquant.backends.cpu import gguf as cpu_gguf
+    from nbquant.element.gguf_kquants import KQUANT_DEQUANTIZERS, KQUANT_QUANTIZERS
+    from nbquant.element.gguf_legacy import LEGACY_DEQUANTIZERS, LEGACY_QUANTIZERS
+
+    kinds = {gguf.get_format(name).type_id for name in FORMATS}
+    assert set(LEGACY_QUANTIZERS) | set(KQUANT_QUANTIZERS) == kinds
+    assert set(LEGACY_QUANTIZERS) == set(LEGACY_DEQUANTIZERS) and set(KQUANT_QUANTIZERS) == set(KQUANT_DEQUANTIZERS)
+    assert set(cpu_gguf.QUANTIZE_KERNELS) == set(cpu_gguf.DEQUANTIZE_KERNELS) == kinds
+    names = {k.__name__ for k in (*cpu_gguf.QUANTIZE_KERNELS.values(), *cpu_gguf.DEQUANTIZE_KERNELS.values())}
+    assert len(names) == 2 * len(kinds) and "q4_k_quantize_kernel" in names

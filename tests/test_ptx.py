@@ -67,3 +67,17 @@ def test_f64_detector_allows_only_the_float64_input_load_and_conversion():
     assert len(mod.f64_violations(ptx, f64_input=False)) == 3
     add = "add.f64 \t%fd2, %fd1, %fd1;"
     assert mod.f64_violations(ptx + "\t" + add + "\n", f64_input=True) == [add]
+
+
+@pytest.mark.nosim
+def test_every_gguf_format_has_its_own_kernels_in_the_check():
+    """Each GGUF format's quantize and dequantize kernels are entries of ``all_signatures()`` of their own, so the
+    PTX check (``--one-per-kernel`` included) compiles every format, and ``--only 'gguf_*'`` picks them."""
+    from nbquant import gguf
+    from nbquant.backends.cuda import runtime
+
+    names = [name for name, _ in runtime.all_signatures()]
+    gguf_names = {name for name in names if name.startswith(_ptx_check().NO_FMA_PREFIX)}
+    want = {f"gguf_{f.lower()}_{op}" for f in gguf.implemented_formats() for op in ("quantize", "dequantize")}
+    assert gguf_names == want | {"gguf_sigma2"}
+    assert all(names.count(name) == 1 for name in gguf_names)
