@@ -228,5 +228,9 @@ def test_every_format_has_its_element_functions_and_kernels():
     assert set(LEGACY_QUANTIZERS) | set(KQUANT_QUANTIZERS) == kinds
     assert set(LEGACY_QUANTIZERS) == set(LEGACY_DEQUANTIZERS) and set(KQUANT_QUANTIZERS) == set(KQUANT_DEQUANTIZERS)
     assert set(cpu_gguf.QUANTIZE_KERNELS) == set(cpu_gguf.DEQUANTIZE_KERNELS) == kinds
-    names = {k.__name__ for k in (*cpu_gguf.QUANTIZE_KERNELS.values(), *cpu_gguf.DEQUANTIZE_KERNELS.values())}
+    kernels = (*cpu_gguf.QUANTIZE_KERNELS.values(), *cpu_gguf.DEQUANTIZE_KERNELS.values())
+    names = {k.__qualname__ for k in kernels}
     assert len(names) == 2 * len(kinds) and "q4_k_quantize_kernel" in names
+    # no closure: Numba's disk cache keys a kernel on its code, its closure's pickle (a dispatcher's holds an id of
+    # its process) and, for the file, its qualified name
+    assert all(k.__wrapped__.__closure__ is None for k in kernels)

@@ -80,4 +80,4 @@ def test_every_gguf_format_has_its_own_kernels_in_the_check():
     gguf_names = {name for name in names if name.startswith(_ptx_check().NO_FMA_PREFIX)}
     want = {f"gguf_{f.lower()}_{op}" for f in gguf.implemented_formats() for op in ("quantize", "dequantize")}
     assert gguf_names == want | {"gguf_sigma2"}
-    assert all(names.count(name) == 1 for name in gguf_names)
+    assert all(names.count(name) == 1 and runtime.KERNELS[name].fn.__closure__ is None for name in gguf_names)
