@@ -215,3 +215,22 @@ def test_inputs_are_not_modified():
     assert _same(x, x0) and _same(w, w0) and _same(q, q0)
 
 
+
+
+def test_every_format_has_its_element_functions_and_kernels():
+    """One quantize and one dequantize element function per format, and a cpu kernel of each (a first call compiles
+    its format alone)."""
+    from nbquant.backends.cpu import gguf as cpu_gguf
+    from nbquant.element.gguf_kquants import KQUANT_DEQUANTIZERS, KQUANT_QUANTIZERS
+    from nbquant.element.gguf_legacy import LEGACY_DEQUANTIZERS, LEGACY_QUANTIZERS
+
+    kinds = {gguf.get_format(name).type_id for name in FORMATS}
+    assert set(LEGACY_QUANTIZERS) | set(KQUANT_QUANTIZERS) == kinds
+    assert set(LEGACY_QUANTIZERS) == set(LEGACY_DEQUANTIZERS) and set(KQUANT_QUANTIZERS) == set(KQUANT_DEQUANTIZERS)
+    assert set(cpu_gguf.QUANTIZE_KERNELS) == set(cpu_gguf.DEQUANTIZE_KERNELS) == kinds
+    kernels = (*cpu_gguf.QUANTIZE_KERNELS.values(), *cpu_gguf.DEQUANTIZE_KERNELS.values())
+    names = {k.__qualname__ for k in kernels}
+    assert len(names) == 2 * len(kinds) and "q4_k_quantize_kernel" in names
+    # no closure: Numba's disk cache keys a kernel on its code, its closure's pickle (a dispatcher's holds an id of
+    # its process) and, for the file, its qualified name
+    assert all(k.__wrapped__.__closure__ is None for k in kernels)

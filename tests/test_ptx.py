@@ -38,7 +38,8 @@ def _ptx_job(full_tier: bool) -> Job:
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     # A liveness limit, not a timing check: the job runs at a lower priority and shares two cores with the rest of
-    # the tier (28 signatures took 20 min wall at load 5-7 beside a parity run; about 4 min of CPU).
+    # the tier (28 signatures took 20 min wall at load 5-7 beside a parity run; about 4 min of CPU). The GGUF
+    # formats now have a kernel each per direction (50 kernels): their 27 took 4.7 min of CPU at sm_90.
     sample = [] if full_tier else ["--one-per-kernel"]
     return Job([sys.executable, str(SCRIPT), "--arch", ",".join(map(str, _arches(full_tier))), *sample], ROOT, env,
                3600 if full_tier else 2400)
@@ -67,3 +68,17 @@ def test_f64_detector_allows_only_the_float64_input_load_and_conversion():
     assert len(mod.f64_violations(ptx, f64_input=False)) == 3
     add = "add.f64 \t%fd2, %fd1, %fd1;"
     assert mod.f64_violations(ptx + "\t" + add + "\n", f64_input=True) == [add]
+
+
+@pytest.mark.nosim
+def test_every_gguf_format_has_its_own_kernels_in_the_check():
+    """Each GGUF format's quantize and dequantize kernels are entries of ``all_signatures()`` of their own, so the
+    PTX check (``--one-per-kernel`` included) compiles every format, and ``--only 'gguf_*'`` picks them."""
+    from nbquant import gguf
+    from nbquant.backends.cuda import runtime
+
+    names = [name for name, _ in runtime.all_signatures()]
+    gguf_names = {name for name in names if name.startswith(_ptx_check().NO_FMA_PREFIX)}
+    want = {f"gguf_{f.lower()}_{op}" for f in gguf.implemented_formats() for op in ("quantize", "dequantize")}
+    assert gguf_names == want | {"gguf_sigma2"}
+    assert all(names.count(name) == 1 and runtime.KERNELS[name].fn.__closure__ is None for name in gguf_names)

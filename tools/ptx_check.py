@@ -10,7 +10,11 @@ and any register spill, and prints the registers each kernel uses.
 
 Usage::
 
-    python tools/ptx_check.py [--arch 75,80,89,90,100,120] [--one-per-kernel] [--jobs N]
+    python tools/ptx_check.py [--arch 75,80,89,90,100,120] [--one-per-kernel] [--only PATTERNS] [--jobs N]
+
+``--only 'gguf_*'`` checks the GGUF kernels alone: one kernel per format and direction
+(``gguf_q8_0_quantize``, ..., ``gguf_iq4_xs_dequantize``), each its own entry of
+``all_signatures()``, so every format is checked, ``--one-per-kernel`` included.
 
 Exit status 0 when everything passes, 1 on a failure, 2 when the toolkit wheels
 (``pip install 'nbquant[test]'``) are absent.
@@ -19,6 +23,7 @@ Exit status 0 when everything passes, 1 on a failure, 2 when the toolkit wheels
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import multiprocessing
 import os
 import re
@@ -145,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arch", default=",".join(map(str, ARCHES)), help="comma-separated sm numbers")
     parser.add_argument("--one-per-kernel", action="store_true",
                         help="only the first signature of each kernel (the default test tier's quick check)")
+    parser.add_argument("--only", default="*",
+                        help="comma-separated shell patterns of kernel names to check (e.g. 'gguf_*'); default all")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compile processes")
     args = parser.parse_args(argv)
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
@@ -178,8 +185,12 @@ def main(argv: list[str] | None = None) -> int:
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max(1, min(args.jobs, count)), mp_context=ctx) as pool:
             names = [name for name, _ in runtime.all_signatures()]
-            chosen = [i for i in range(count) if not args.one_per_kernel or names.index(names[i]) == i]
-            verified = names.index(VERIFIED_KERNEL) if VERIFIED_KERNEL in names else 0
+            patterns = [p for p in args.only.split(",") if p]
+            chosen = [i for i in range(count) if (not args.one_per_kernel or names.index(names[i]) == i)
+                      and any(fnmatch.fnmatchcase(names[i], p) for p in patterns)]
+            if not chosen:
+                parser.error(f"--only: no kernel matches {args.only!r}")
+            verified = next((i for i in chosen if names[i] == VERIFIED_KERNEL), chosen[0])
             direct = pool.submit(_direct_ptx, verified, arches)
             compiled = dict(zip(chosen, pool.map(_compile_signature, chosen, [arches] * len(chosen)), strict=True))
             lowered = [_SYMBOL.sub("_", ptx) for _, ptx, _ in compiled[verified][2]]

@@ -25,7 +25,7 @@ from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16, sum_s
 from .gguf_search import W_SIGMA, W_SQUARE, search_weight
 
 __all__ = ["IQ4_NL", "IQ4_XS", "KVALUES", "best_index", "iq4_sigma2", "iq4_search", "iq4_nl_block",
-           "iq4_xs_block", "iq4_dequantize_block"]
+           "iq4_xs_block", "iq4_nl_dequantize_block", "iq4_xs_dequantize_block"]
 
 #: ggml type ids.
 IQ4_NL, IQ4_XS = 20, 23
@@ -145,14 +145,18 @@ def iq4_xs_block(x, c, rec, o, qw, use_qw, fs):
 
 
 @element_function
-def iq4_dequantize_block(kind, rec, o, out, c):
-    """Decode the IQ4_NL or IQ4_XS record at ``rec[o:]`` into ``out[c:]`` (gguf-py's float32 arithmetic)."""
+def iq4_nl_dequantize_block(rec, o, out, c):
+    """Decode the IQ4_NL record at ``rec[o:]`` into ``out[c:c + 32]`` (gguf-py's float32 arithmetic)."""
     d = load_f32(np.uint16(get_u16(rec, o)))
-    if kind == IQ4_NL:
-        for j in range(32):
-            q = (np.int64(rec[o + 2 + (j & 15)]) >> (4 * (j >> 4))) & 0xF
-            out[c + j] = canonical_f32(d * KVALUES[q])
-        return
+    for j in range(32):
+        q = (np.int64(rec[o + 2 + (j & 15)]) >> (4 * (j >> 4))) & 0xF
+        out[c + j] = canonical_f32(d * KVALUES[q])
+
+
+@element_function
+def iq4_xs_dequantize_block(rec, o, out, c):
+    """Decode the IQ4_XS record at ``rec[o:]`` into ``out[c:c + 256]`` (gguf-py's float32 arithmetic)."""
+    d = load_f32(np.uint16(get_u16(rec, o)))
     scales_h = get_u16(rec, o + 2)
     for ib in range(8):
         sc = ((np.int64(rec[o + 4 + ib // 2]) >> (4 * (ib & 1))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4)

@@ -23,7 +23,7 @@ import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
 from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16, sum_squares
-from .gguf_iq4 import IQ4_XS, iq4_dequantize_block, iq4_xs_block
+from .gguf_iq4 import IQ4_XS, iq4_xs_block, iq4_xs_dequantize_block
 from .gguf_q2k import Q2_K, Q2K_SCRATCH, q2k_dequantize_block, q2k_quantize_block
 from .gguf_q3k import Q3_K, Q3K_SCRATCH, q3k_dequantize_block, q3k_quantize_block
 from .gguf_search import (
@@ -48,8 +48,7 @@ from .gguf_search import (
     search_weight,
 )
 
-__all__ = ["Q4_K", "Q5_K", "Q6_K", "SCRATCH", "KQUANT_QUANTIZERS", "kquant_quantize_block", "kquant_dequantize_block",
-           "kmin_blocks", "q6k_blocks"]
+__all__ = ["Q4_K", "Q5_K", "Q6_K", "SCRATCH", "KQUANT_QUANTIZERS", "KQUANT_DEQUANTIZERS", "kmin_blocks", "q6k_blocks"]
 
 #: ggml type ids.
 Q4_K, Q5_K, Q6_K = 12, 13, 14
@@ -328,58 +327,29 @@ def q5k_block(x, c, rec, o, qw, use_qw, fs):
     _kmin(x, c, rec, o, qw, use_qw, np.int64(31), fs)
 
 
-#: Each 256-element format's quantize function: ``fn(x, c, rec, o, qw, use_qw, fs)`` (a kernel built around one
-#: compiles that format alone).
-KQUANT_QUANTIZERS = {Q2_K: q2k_quantize_block, Q3_K: q3k_quantize_block, Q4_K: q4k_block, Q5_K: q5k_block,
-                     Q6_K: _q6k, IQ4_XS: iq4_xs_block}
+@element_function
+def _q6k_dequantize_block(rec, o, out, c):
+    """Decode the Q6_K record at ``rec[o:]`` into ``out[c:c + 256]`` (gguf-py's float32 arithmetic)."""
+    d = _f16_value(rec, o + 208)
+    for j in range(16):  # sub-block j: elements 16 * j + k, k < 16
+        dl = mul_f32(d, np.float32((np.int64(rec[o + 192 + j]) ^ 0x80) - 0x80))
+        h = j // 8
+        lo = o + 64 * h + 16 * (j & 3)
+        ho = o + 128 + 32 * h + 16 * (j & 1)
+        lshift = 4 if (j & 7) >= 4 else 0
+        hshift = 2 * ((j & 7) // 2)
+        for k in range(16):
+            low = (np.int64(rec[lo + k]) >> lshift) & 0xF
+            high = (np.int64(rec[ho + k]) >> hshift) & 3
+            out[c + 16 * j + k] = canonical_f32(dl * np.float32((low | (high << 4)) - 32))
 
 
 @element_function
-def kquant_quantize_block(kind, x, c, rec, o, qw, use_qw, fs):
-    """Quantize the 256 floats ``x[c:c + 256]`` into the ``kind`` record at ``rec[o:]`` (``qw`` read at ``c + i``)."""
-    if kind == IQ4_XS:
-        iq4_xs_block(x, c, rec, o, qw, use_qw, fs)
-    elif kind == Q3_K:
-        q3k_quantize_block(x, c, rec, o, qw, use_qw, fs)
-    elif kind == Q2_K:
-        q2k_quantize_block(x, c, rec, o, qw, use_qw, fs)
-    elif kind == Q6_K:
-        _q6k(x, c, rec, o, qw, use_qw, fs)
-    elif kind == Q4_K:
-        q4k_block(x, c, rec, o, qw, use_qw, fs)
-    else:
-        q5k_block(x, c, rec, o, qw, use_qw, fs)
-
-
-@element_function
-def kquant_dequantize_block(kind, rec, o, out, c):
-    """Decode the ``kind`` record at ``rec[o:]`` into ``out[c:c + 256]`` (gguf-py's float32 arithmetic)."""
-    if kind == IQ4_XS:
-        iq4_dequantize_block(kind, rec, o, out, c)
-        return
-    if kind == Q3_K:
-        q3k_dequantize_block(rec, o, out, c)
-        return
-    if kind == Q2_K:
-        q2k_dequantize_block(rec, o, out, c)
-        return
-    if kind == Q6_K:
-        d = _f16_value(rec, o + 208)
-        for j in range(16):  # sub-block j: elements 16 * j + k, k < 16
-            dl = mul_f32(d, np.float32((np.int64(rec[o + 192 + j]) ^ 0x80) - 0x80))
-            h = j // 8
-            lo = o + 64 * h + 16 * (j & 3)
-            ho = o + 128 + 32 * h + 16 * (j & 1)
-            lshift = 4 if (j & 7) >= 4 else 0
-            hshift = 2 * ((j & 7) // 2)
-            for k in range(16):
-                low = (np.int64(rec[lo + k]) >> lshift) & 0xF
-                high = (np.int64(rec[ho + k]) >> hshift) & 3
-                out[c + 16 * j + k] = canonical_f32(dl * np.float32((low | (high << 4)) - 32))
-        return
+def _kmin_decode(rec, o, out, c, five):
+    """Decode the Q4_K (or, ``five``, Q5_K) record at ``rec[o:]`` into ``out[c:c + 256]``."""
     d = _f16_value(rec, o)
     dmin = _f16_value(rec, o + 2)
-    qo = o + 16 if kind == Q4_K else o + 48
+    qo = o + 48 if five else o + 16
     for j in range(8):  # sub-block j: elements 32 * j + k, k < 32
         sc, m = _scale_min(rec, o + 4, j)
         dl = mul_f32(d, np.float32(sc))
@@ -388,6 +358,27 @@ def kquant_dequantize_block(kind, rec, o, out, c):
         shift = 4 * (j & 1)
         for k in range(32):
             q = (np.int64(rec[so + k]) >> shift) & 0xF
-            if kind == Q5_K:
+            if five:
                 q |= ((np.int64(rec[o + 16 + k]) >> j) & 1) << 4
             out[c + 32 * j + k] = canonical_f32(mul_f32(dl, np.float32(q)) - ml)
+
+
+@element_function
+def _q4k_dequantize_block(rec, o, out, c):
+    _kmin_decode(rec, o, out, c, False)
+
+
+@element_function
+def _q5k_dequantize_block(rec, o, out, c):
+    _kmin_decode(rec, o, out, c, True)
+
+
+#: Each 256-element format's quantize function: ``fn(x, c, rec, o, qw, use_qw, fs)`` quantizes the 256 floats
+#: ``x[c:c + 256]`` into the format's record at ``rec[o:]`` (``qw`` read at ``c + i`` when ``use_qw``; ``fs`` a
+#: scratch of :data:`SCRATCH` floats). A kernel built around one compiles that format alone.
+KQUANT_QUANTIZERS = {Q2_K: q2k_quantize_block, Q3_K: q3k_quantize_block, Q4_K: q4k_block, Q5_K: q5k_block,
+                     Q6_K: _q6k, IQ4_XS: iq4_xs_block}
+#: Each 256-element format's dequantize function: ``fn(rec, o, out, c)`` decodes the format's record at ``rec[o:]``
+#: into ``out[c:c + 256]`` (gguf-py's float32 arithmetic).
+KQUANT_DEQUANTIZERS = {Q2_K: q2k_dequantize_block, Q3_K: q3k_dequantize_block, Q4_K: _q4k_dequantize_block,
+                       Q5_K: _q5k_dequantize_block, Q6_K: _q6k_dequantize_block, IQ4_XS: iq4_xs_dequantize_block}

@@ -28,13 +28,12 @@ import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
 from .gguf_common import get_u16, get_u32, ggml_f16, mul_f32, put_u16, put_u32, round_away, sum_squares, trunc_i64
-from .gguf_iq4 import IQ4_NL, iq4_dequantize_block, iq4_nl_block
+from .gguf_iq4 import IQ4_NL, iq4_nl_block, iq4_nl_dequantize_block
 from .gguf_mxfp4 import MXFP4, mxfp4_dequantize_block, mxfp4_quantize_block
 from .gguf_search import W_SIGMA, kx_code, kx_search, qx_code, qx_search
 
 __all__ = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "square_add", "row_sigma2", "LEGACY_QUANTIZERS",
-           "legacy_quantize_block",
-           "legacy_dequantize_block"]
+           "LEGACY_DEQUANTIZERS"]
 
 #: ggml type ids of the formats (``kind`` arguments).
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = 2, 3, 6, 7, 8
@@ -161,28 +160,14 @@ def q8_0_block(x, c, rec, o, qw, use_qw, sigma2):
     _q8_0(x, c, rec, o)
 
 
-@element_function
-def q4_0_block(x, c, rec, o, qw, use_qw, sigma2):
-    """Q4_0's record of ``x[c:c + 32]`` at ``rec[o:]``."""
-    _sym(x, c, rec, o, np.int64(8), qw, use_qw, sigma2)
+def _fixed(block, param):
+    """The quantize function ``fn(x, c, rec, o, qw, use_qw, sigma2)`` of ``block`` (:func:`_sym` or :func:`_asym`)
+    with its format parameter ``param`` frozen in."""
 
-
-@element_function
-def q5_0_block(x, c, rec, o, qw, use_qw, sigma2):
-    """Q5_0's record of ``x[c:c + 32]`` at ``rec[o:]``."""
-    _sym(x, c, rec, o, np.int64(16), qw, use_qw, sigma2)
-
-
-@element_function
-def q4_1_block(x, c, rec, o, qw, use_qw, sigma2):
-    """Q4_1's record of ``x[c:c + 32]`` at ``rec[o:]``."""
-    _asym(x, c, rec, o, np.int64(15), qw, use_qw, sigma2)
-
-
-@element_function
-def q5_1_block(x, c, rec, o, qw, use_qw, sigma2):
-    """Q5_1's record of ``x[c:c + 32]`` at ``rec[o:]``."""
-    _asym(x, c, rec, o, np.int64(31), qw, use_qw, sigma2)
+    @element_function
+    def quantize_block(x, c, rec, o, qw, use_qw, sigma2):
+        block(x, c, rec, o, param, qw, use_qw, sigma2)
+    return quantize_block
 
 
 @element_function
@@ -197,51 +182,27 @@ def mxfp4_block(x, c, rec, o, qw, use_qw, sigma2):
     mxfp4_quantize_block(x, c, rec, o)
 
 
-#: Each 32-element format's quantize function: ``fn(x, c, rec, o, qw, use_qw, sigma2)``. A kernel built around
-#: one of them compiles that format alone (the first call of Q8_0 compiles in seconds, not minutes).
-LEGACY_QUANTIZERS = {Q8_0: q8_0_block, Q4_0: q4_0_block, Q5_0: q5_0_block, Q4_1: q4_1_block, Q5_1: q5_1_block,
+#: Each 32-element format's quantize function: ``fn(x, c, rec, o, qw, use_qw, sigma2)`` quantizes the 32 floats
+#: ``x[c:c + 32]`` into the format's record at ``rec[o:]``; ``qw`` (the row's importance, read at ``c + j``) and
+#: ``sigma2`` are used when ``use_qw`` (Q8_0 and MXFP4 ignore them, as ggml does; IQ4_NL weighs with its block's
+#: own mean square). A kernel built around one of them compiles that format alone.
+LEGACY_QUANTIZERS = {Q8_0: q8_0_block, Q4_0: _fixed(_sym, np.int64(8)), Q5_0: _fixed(_sym, np.int64(16)),
+                     Q4_1: _fixed(_asym, np.int64(15)), Q5_1: _fixed(_asym, np.int64(31)),
                      IQ4_NL: iq4_nl_quantize_block, MXFP4: mxfp4_block}
 
 
 @element_function
-def legacy_quantize_block(kind, x, c, rec, o, qw, use_qw, sigma2):
-    """Quantize the 32 floats ``x[c:c + 32]`` into the ``kind`` record at ``rec[o:]``.
-
-    ``qw`` (the row's importance, read at ``c + j``) and ``sigma2`` are used when
-    ``use_qw`` (Q8_0 and MXFP4 ignore them, as ggml does; IQ4_NL weighs with its block's own mean square).
-    """
-    if kind == IQ4_NL:
-        iq4_nl_quantize_block(x, c, rec, o, qw, use_qw, sigma2)
-    elif kind == MXFP4:
-        mxfp4_block(x, c, rec, o, qw, use_qw, sigma2)
-    elif kind == Q8_0:
-        q8_0_block(x, c, rec, o, qw, use_qw, sigma2)
-    elif kind == Q4_0:
-        q4_0_block(x, c, rec, o, qw, use_qw, sigma2)
-    elif kind == Q5_0:
-        q5_0_block(x, c, rec, o, qw, use_qw, sigma2)
-    elif kind == Q4_1:
-        q4_1_block(x, c, rec, o, qw, use_qw, sigma2)
-    else:
-        q5_1_block(x, c, rec, o, qw, use_qw, sigma2)
+def q8_0_dequantize_block(rec, o, out, c):
+    """Decode the Q8_0 record at ``rec[o:]`` into ``out[c:c + 32]`` (gguf-py's float32 arithmetic)."""
+    d = load_f32(np.uint16(get_u16(rec, o)))
+    for j in range(32):
+        out[c + j] = canonical_f32(np.float32(_int8(np.int64(rec[o + 2 + j]))) * d)
 
 
 @element_function
-def legacy_dequantize_block(kind, rec, o, out, c):
-    """Decode the ``kind`` record at ``rec[o:]`` into ``out[c:c + 32]`` (gguf-py's float32 arithmetic)."""
-    if kind == IQ4_NL:
-        iq4_dequantize_block(kind, rec, o, out, c)
-        return
-    if kind == MXFP4:
-        mxfp4_dequantize_block(rec, o, out, c)
-        return
+def _linear_decode(rec, o, out, c, asym, five):
+    """Decode a Q4_0 (neither flag), Q5_0 (``five``), Q4_1 (``asym``) or Q5_1 (both) record into ``out[c:c + 32]``."""
     d = load_f32(np.uint16(get_u16(rec, o)))
-    if kind == Q8_0:
-        for j in range(32):
-            out[c + j] = canonical_f32(np.float32(_int8(np.int64(rec[o + 2 + j]))) * d)
-        return
-    asym = kind == Q4_1 or kind == Q5_1
-    five = kind == Q5_0 or kind == Q5_1
     m = load_f32(np.uint16(get_u16(rec, o + 2))) if asym else np.float32(0.0)
     qo = o + (4 if asym else 2)
     qh = get_u32(rec, qo) if five else np.int64(0)
@@ -254,3 +215,19 @@ def legacy_dequantize_block(kind, rec, o, out, c):
             out[c + j] = canonical_f32(mul_f32(d, np.float32(q)) + m)
         else:
             out[c + j] = canonical_f32(d * np.float32(q - (16 if five else 8)))
+
+
+def _linear(asym, five):
+    """The dequantize function ``fn(rec, o, out, c)`` of Q4_0, Q5_0, Q4_1 or Q5_1 (:func:`_linear_decode`)."""
+
+    @element_function
+    def dequantize_block(rec, o, out, c):
+        _linear_decode(rec, o, out, c, asym, five)
+    return dequantize_block
+
+
+#: Each 32-element format's dequantize function: ``fn(rec, o, out, c)`` decodes the format's record at ``rec[o:]``
+#: into ``out[c:c + 32]`` (gguf-py's float32 arithmetic).
+LEGACY_DEQUANTIZERS = {Q8_0: q8_0_dequantize_block, Q4_0: _linear(False, False), Q5_0: _linear(False, True),
+                       Q4_1: _linear(True, False), Q5_1: _linear(True, True), IQ4_NL: iq4_nl_dequantize_block,
+                       MXFP4: mxfp4_dequantize_block}

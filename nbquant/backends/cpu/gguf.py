@@ -1,8 +1,10 @@
 """CPU kernels of the GGUF block formats: one work unit per row, blocks in order, records written in place.
 
 A row is the unit because an importance matrix weighs a block with its row's mean
-square (``sigma2``, a sequential float32 sum over the row). Every number is an
-:mod:`nbquant.element.gguf_legacy` call.
+square (``sigma2``, a sequential float32 sum over the row). A quantize and a dequantize
+kernel per format, each a row walk around the format's element function (the tables of
+:mod:`nbquant.element.gguf_legacy` and :mod:`nbquant.element.gguf_kquants`, which the
+cuda kernels run too): every number is an element call.
 """
 
 from __future__ import annotations
@@ -10,26 +12,24 @@ from __future__ import annotations
 import numpy as np
 
 from ...element.bits import element_function
-from ...element.gguf_iq4 import IQ4_NL, IQ4_XS
 from ...element.gguf_kquants import (
+    KQUANT_DEQUANTIZERS,
     KQUANT_QUANTIZERS,
     Q4_K,
     Q5_K,
     Q6_K,
     SCRATCH,
     kmin_blocks,
-    kquant_dequantize_block,
     q6k_blocks,
 )
-from ...element.gguf_legacy import LEGACY_QUANTIZERS, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, legacy_dequantize_block, row_sigma2
-from ...element.gguf_mxfp4 import MXFP4
-from ...element.gguf_q2k import Q2_K
-from ...element.gguf_q3k import Q3_K
+from ...element.gguf_legacy import LEGACY_DEQUANTIZERS, LEGACY_QUANTIZERS, row_sigma2
 from ...element.gguf_search import KX_ACC_ROWS, KX_STATE_ROWS, QX_STATE_ROWS
-from ._kernel import cpu_kernel, part_range
+from ...gguf.formats import get_format
+from .._format_kernel import format_kernel
+from ._kernel import CpuKernel, cpu_kernel, part_range
 
-__all__ = ["QUANTIZE_KERNELS", "legacy_dequantize_kernel", "kquant_dequantize_kernel", "legacy_quantize",
-           "legacy_dequantize", "kquant_quantize", "kquant_dequantize"]
+__all__ = ["QUANTIZE_KERNELS", "DEQUANTIZE_KERNELS", "legacy_quantize", "legacy_dequantize", "kquant_quantize",
+           "kquant_dequantize"]
 
 
 def _legacy_rows(quantize_block):
@@ -116,131 +116,61 @@ def _q6_k_rows(part, parts, x, qw, use_qw, type_size, out):
                        acc, fs)
 
 
-# One quantize kernel per format, so that a first call compiles its format alone (Q8_0 in seconds; a kernel that
-# dispatched on the format at run time compiled every format, minutes). Each is a top-level function calling its
-# row walk, so Numba's disk cache keys it on its own code (a closure's key would hold a dispatcher's per-process id).
-_q8_0_rows = _legacy_rows(LEGACY_QUANTIZERS[Q8_0])
-_q4_0_rows = _legacy_rows(LEGACY_QUANTIZERS[Q4_0])
-_q4_1_rows = _legacy_rows(LEGACY_QUANTIZERS[Q4_1])
-_q5_0_rows = _legacy_rows(LEGACY_QUANTIZERS[Q5_0])
-_q5_1_rows = _legacy_rows(LEGACY_QUANTIZERS[Q5_1])
-_iq4_nl_rows = _legacy_rows(LEGACY_QUANTIZERS[IQ4_NL])
-_mxfp4_rows = _legacy_rows(LEGACY_QUANTIZERS[MXFP4])
-_q2_k_rows = _kquant_rows(KQUANT_QUANTIZERS[Q2_K])
-_q3_k_rows = _kquant_rows(KQUANT_QUANTIZERS[Q3_K])
-_q4_k_rows = _kmin_rows(np.int64(15))
-_q5_k_rows = _kmin_rows(np.int64(31))
-_iq4_xs_rows = _kquant_rows(KQUANT_QUANTIZERS[IQ4_XS])
+def _decode_rows(dequantize_block, block):
+    """The row walk of a format's dequantize kernel around its ``dequantize_block`` (an element closure)."""
+
+    @element_function
+    def rows(part, parts, data, type_size, out):
+        n_rows, n = out.shape
+        first, last = part_range(n_rows, part, parts)
+        for r in range(first, last):
+            drow = data[r]
+            orow = out[r]
+            for b in range(n // block):
+                dequantize_block(drow, b * type_size, orow, b * block)
+    return rows
 
 
-@cpu_kernel
-def q8_0_quantize_kernel(part, parts, x, qw, use_qw, type_size, out):
-    """Q8_0 records of the rows of ``x`` (rows, n) float32 into ``out`` uint8."""
-    _q8_0_rows(part, parts, x, qw, use_qw, type_size, out)
+# Placeholder: each format's kernel has its own (its row walk).
+_ROWS = None
 
 
-@cpu_kernel
-def q4_0_quantize_kernel(part, parts, x, qw, use_qw, type_size, out):
-    """Q4_0 records of the rows of ``x``."""
-    _q4_0_rows(part, parts, x, qw, use_qw, type_size, out)
+def _quantize_template(part, parts, x, qw, use_qw, type_size, out):
+    _ROWS(part, parts, x, qw, use_qw, type_size, out)
 
 
-@cpu_kernel
-def q4_1_quantize_kernel(part, parts, x, qw, use_qw, type_size, out):
-    """Q4_1 records of the rows of ``x``."""
-    _q4_1_rows(part, parts, x, qw, use_qw, type_size, out)
+def _dequantize_template(part, parts, data, type_size, out):
+    _ROWS(part, parts, data, type_size, out)
 
 
-@cpu_kernel
-def q5_0_quantize_kernel(part, parts, x, qw, use_qw, type_size, out):
-    """Q5_0 records of the rows of ``x``."""
-    _q5_0_rows(part, parts, x, qw, use_qw, type_size, out)
+#: The formats whose quantize walks search several super-blocks side by side (vector lanes), not one block a call.
+_LANE_ROWS = {Q4_K: _kmin_rows(np.int64(15)), Q5_K: _kmin_rows(np.int64(31)), Q6_K: _q6_k_rows}
 
 
-@cpu_kernel
-def q5_1_quantize_kernel(part, parts, x, qw, use_qw, type_size, out):
-    """Q5_1 records of the rows of ``x``."""
-    _q5_1_rows(part, parts, x, qw, use_qw, type_size, out)
+def _format_kernels(kind: int) -> tuple[CpuKernel, CpuKernel]:
+    """The quantize and dequantize kernels of format ``kind``: one each per format, so that a first call compiles
+    its format alone (Q8_0 in seconds; a kernel that dispatched on the format at run time compiled every format,
+    minutes). Each is a function of its own (:func:`~nbquant.backends._format_kernel.format_kernel`), so Numba's
+    disk cache keys it on its own code and name."""
+    fmt = get_format(kind)
+    legacy = fmt.block_size == 32
+    rows = _LANE_ROWS[kind] if kind in _LANE_ROWS else \
+        _legacy_rows(LEGACY_QUANTIZERS[kind]) if legacy else _kquant_rows(KQUANT_QUANTIZERS[kind])
+    decode = _decode_rows((LEGACY_DEQUANTIZERS if legacy else KQUANT_DEQUANTIZERS)[kind], fmt.block_size)
+    name = fmt.name.lower()
+    return (cpu_kernel(format_kernel(_quantize_template, f"{name}_quantize_kernel",
+                                     f"{fmt.name} records of the rows of ``x`` (rows, n) float32 into ``out`` uint8.",
+                                     _ROWS=rows)),
+            cpu_kernel(format_kernel(_dequantize_template, f"{name}_dequantize_kernel",
+                                     f"Decode {fmt.name} ``data`` (rows, row bytes) uint8 into ``out`` (rows, n) "
+                                     "float32.", _ROWS=decode)))
 
 
-@cpu_kernel
-def iq4_nl_quantize_kernel(part, parts, x, qw, use_qw, type_size, out):
-    """IQ4_NL records of the rows of ``x``."""
-    _iq4_nl_rows(part, parts, x, qw, use_qw, type_size, out)
-
-
-@cpu_kernel
-def mxfp4_quantize_kernel(part, parts, x, qw, use_qw, type_size, out):
-    """MXFP4 records of the rows of ``x``."""
-    _mxfp4_rows(part, parts, x, qw, use_qw, type_size, out)
-
-
-@cpu_kernel
-def q2_k_quantize_kernel(part, parts, x, qw, use_qw, type_size, out):
-    """Q2_K records of the rows of ``x``."""
-    _q2_k_rows(part, parts, x, qw, use_qw, type_size, out)
-
-
-@cpu_kernel
-def q3_k_quantize_kernel(part, parts, x, qw, use_qw, type_size, out):
-    """Q3_K records of the rows of ``x``."""
-    _q3_k_rows(part, parts, x, qw, use_qw, type_size, out)
-
-
-@cpu_kernel
-def q4_k_quantize_kernel(part, parts, x, qw, use_qw, type_size, out):
-    """Q4_K records of the rows of ``x``."""
-    _q4_k_rows(part, parts, x, qw, use_qw, type_size, out)
-
-
-@cpu_kernel
-def q5_k_quantize_kernel(part, parts, x, qw, use_qw, type_size, out):
-    """Q5_K records of the rows of ``x``."""
-    _q5_k_rows(part, parts, x, qw, use_qw, type_size, out)
-
-
-@cpu_kernel
-def q6_k_quantize_kernel(part, parts, x, qw, use_qw, type_size, out):
-    """Q6_K records of the rows of ``x``."""
-    _q6_k_rows(part, parts, x, qw, use_qw, type_size, out)
-
-
-@cpu_kernel
-def iq4_xs_quantize_kernel(part, parts, x, qw, use_qw, type_size, out):
-    """IQ4_XS records of the rows of ``x``."""
-    _iq4_xs_rows(part, parts, x, qw, use_qw, type_size, out)
-
-
+_KERNELS = {kind: _format_kernels(kind) for kind in (*LEGACY_QUANTIZERS, *KQUANT_QUANTIZERS)}
 #: The quantize kernel of each format (ggml type id).
-QUANTIZE_KERNELS = {Q8_0: q8_0_quantize_kernel, Q4_0: q4_0_quantize_kernel, Q4_1: q4_1_quantize_kernel,
-                    Q5_0: q5_0_quantize_kernel, Q5_1: q5_1_quantize_kernel, IQ4_NL: iq4_nl_quantize_kernel,
-                    MXFP4: mxfp4_quantize_kernel, Q2_K: q2_k_quantize_kernel, Q3_K: q3_k_quantize_kernel,
-                    Q4_K: q4_k_quantize_kernel, Q5_K: q5_k_quantize_kernel, Q6_K: q6_k_quantize_kernel,
-                    IQ4_XS: iq4_xs_quantize_kernel}
-
-
-@cpu_kernel
-def legacy_dequantize_kernel(part, parts, kind, data, type_size, out):
-    """Decode ``data`` (rows, row bytes) uint8 records into ``out`` (rows, n) float32."""
-    rows, n = out.shape
-    first, last = part_range(rows, part, parts)
-    for r in range(first, last):
-        drow = data[r]
-        orow = out[r]
-        for b in range(n // 32):
-            legacy_dequantize_block(kind, drow, b * type_size, orow, b * 32)
-
-
-@cpu_kernel
-def kquant_dequantize_kernel(part, parts, kind, data, type_size, out):
-    """Decode ``data`` (rows, row bytes) uint8 K-quant records into ``out`` (rows, n) float32."""
-    rows, n = out.shape
-    first, last = part_range(rows, part, parts)
-    for r in range(first, last):
-        drow = data[r]
-        orow = out[r]
-        for b in range(n // 256):
-            kquant_dequantize_block(kind, drow, b * type_size, orow, b * 256)
+QUANTIZE_KERNELS = {kind: pair[0] for kind, pair in _KERNELS.items()}
+#: The dequantize kernel of each format (ggml type id).
+DEQUANTIZE_KERNELS = {kind: pair[1] for kind, pair in _KERNELS.items()}
 
 
 def _quantize(block: int, kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
@@ -250,9 +180,9 @@ def _quantize(block: int, kind: int, x: np.ndarray, imatrix: np.ndarray | None, 
     return out
 
 
-def _dequantize(kernel, block: int, kind: int, data: np.ndarray, type_size: int) -> np.ndarray:
+def _dequantize(block: int, kind: int, data: np.ndarray, type_size: int) -> np.ndarray:
     out = np.empty((data.shape[0], data.shape[1] // type_size * block), np.float32)
-    kernel(kind, data, type_size, out)
+    DEQUANTIZE_KERNELS[kind](data, type_size, out)
     return out
 
 
@@ -263,7 +193,7 @@ def legacy_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_s
 
 def legacy_dequantize(kind: int, data: np.ndarray, type_size: int) -> np.ndarray:
     """float32 (rows, n) of the records ``data`` (rows, row bytes) uint8 C-contiguous."""
-    return _dequantize(legacy_dequantize_kernel, 32, kind, data, type_size)
+    return _dequantize(32, kind, data, type_size)
 
 
 def kquant_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
@@ -273,4 +203,4 @@ def kquant_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_s
 
 def kquant_dequantize(kind: int, data: np.ndarray, type_size: int) -> np.ndarray:
     """float32 (rows, n) of the K-quant records ``data`` (rows, row bytes) uint8 C-contiguous."""
-    return _dequantize(kquant_dequantize_kernel, 256, kind, data, type_size)
+    return _dequantize(256, kind, data, type_size)

@@ -1,20 +1,24 @@
-"""CUDA kernels of the GGUF block formats: one thread per block record.
+"""CUDA kernels of the GGUF block formats: one kernel per format and direction, one thread per block record.
 
 * :func:`gguf_sigma2_kernel`: one thread per row, the row's mean square summed in
   order (what an importance matrix weighs each block with, as ggml does).
-* the quantize and dequantize kernels of the 32-value formats (``legacy``) and of the
-  256-value super-blocks (``kquant``): along a row (``blockIdx.y``, grid-stride) thread
-  ``t`` takes blocks ``t, t + S, ...`` (one walk, :func:`_record_frame`, around each
-  kernel's step): it copies the block (and its importance) into thread-local arrays,
-  runs the block function of :mod:`nbquant.element.gguf_legacy` or
-  :mod:`nbquant.element.gguf_kquants` (the same as the cpu kernels) on them, and copies
-  the record out. The local copies are what the element functions'
-  array arguments are on every target (the CUDA simulator's device arrays cannot be
-  handed to a compiled function; its local arrays are NumPy arrays).
+* a quantize and a dequantize kernel per format (``gguf_q8_0_quantize``, ...,
+  ``gguf_iq4_xs_dequantize``), so that a first call compiles its format alone. Each is
+  one of two templates around the format's element function (the tables
+  :data:`~nbquant.element.gguf_legacy.LEGACY_QUANTIZERS`,
+  :data:`~nbquant.element.gguf_kquants.KQUANT_QUANTIZERS` and their ``DEQUANTIZERS``,
+  which the cpu kernels run too), made a kernel of its own by
+  :func:`~nbquant.backends._format_kernel.format_kernel`. Along a row
+  (``blockIdx.y``, grid-stride) thread ``t`` takes blocks ``t, t + S, ...`` (one walk,
+  :func:`_record_frame`, around the format's step): it copies the block (and its
+  importance) into thread-local arrays, runs the element function on them, and copies
+  the record out. The local copies are what the element functions' array arguments are
+  on every target (the CUDA simulator's device arrays cannot be handed to a compiled
+  function; its local arrays are NumPy arrays).
 
-The kernels are declared with :func:`~nbquant.backends.cuda.runtime.cuda_kernel`, so
-:data:`KERNEL_SIGNATURES` lists the signatures the PTX check of ``tests/test_gguf.py``
-compiles.
+The kernels are declared with :func:`~nbquant.backends.cuda.runtime.cuda_kernel` (when
+this module is imported; each compiles on its first launch), so
+:func:`~nbquant.backends.cuda.runtime.all_signatures` lists them for the PTX check.
 """
 
 from __future__ import annotations
@@ -22,19 +26,18 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, types
 
-from ...element.gguf_kquants import SCRATCH, kquant_dequantize_block, kquant_quantize_block
-from ...element.gguf_legacy import legacy_dequantize_block, legacy_quantize_block, square_add
+from ...element.gguf_kquants import KQUANT_DEQUANTIZERS, KQUANT_QUANTIZERS, SCRATCH
+from ...element.gguf_legacy import LEGACY_DEQUANTIZERS, LEGACY_QUANTIZERS, square_add
+from ...gguf.formats import get_format
+from .._format_kernel import format_kernel
 from . import runtime
 from ._loops import thread_start
-from .runtime import B1, I64, array_type, cuda_kernel
+from .runtime import B1, array_type, cuda_kernel
 
-__all__ = ["gguf_sigma2_kernel", "gguf_legacy_quantize_kernel", "gguf_legacy_dequantize_kernel",
-           "gguf_kquant_quantize_kernel", "gguf_kquant_dequantize_kernel", "KERNEL_SIGNATURES", "legacy_quantize",
-           "legacy_dequantize", "kquant_quantize", "kquant_dequantize"]
+__all__ = ["gguf_sigma2_kernel", "QUANTIZE_KERNELS", "DEQUANTIZE_KERNELS", "legacy_quantize", "legacy_dequantize",
+           "kquant_quantize", "kquant_dequantize"]
 
 _F2, _F1, _U2 = array_type(np.float32, 2), array_type(np.float32, 1), array_type(np.uint8, 2)
-#: The largest record of the 32-value formats (Q8_0's 34 bytes) and of the K-quants (Q6_K's 210).
-_MAX_RECORD, _MAX_K_RECORD = 34, 210
 
 
 @cuda_kernel(lambda: types.void(_F2, _F1), [()])
@@ -96,134 +99,133 @@ def _copy_to_row(src, n, dst, row, o):
 
 
 @cuda.jit(device=True, inline="always")
-def _legacy_quantize_op(args, scratch, row, b):
-    x, kind, qw, use_qw, type_size, sigma2, out = args
-    xb, wb, rb = scratch
-    _load_block(x, qw, use_qw, row, b * 32, 32, xb, wb)
-    legacy_quantize_block(kind, xb, 0, rb, 0, wb, use_qw, sigma2[row])
-    _copy_to_row(rb, type_size, out, row, b * type_size)
+def _row_sigma2(sigma2, row, fs):
+    """The last argument of a 32-value format's quantize function: its row's mean square."""
+    return sigma2[row]
 
 
 @cuda.jit(device=True, inline="always")
-def _kquant_quantize_op(args, scratch, row, b):
-    x, kind, qw, use_qw, type_size, out = args
-    xb, wb, rb, fs = scratch
-    _load_block(x, qw, use_qw, row, b * 256, 256, xb, wb)
-    kquant_quantize_block(kind, xb, 0, rb, 0, wb, use_qw, fs)
-    _copy_to_row(rb, type_size, out, row, b * type_size)
+def _float_scratch(sigma2, row, fs):
+    """The last argument of a 256-value format's quantize function: the float scratch."""
+    return fs
 
 
-@cuda.jit(device=True, inline="always")
-def _legacy_dequantize_op(args, scratch, row, b):
-    data, kind, type_size, out = args
-    rb, vb = scratch
-    _copy_row(data, row, b * type_size, type_size, rb)
-    legacy_dequantize_block(kind, rb, 0, vb, 0)
-    _copy_to_row(vb, 32, out, row, b * 32)
+def _quantize_op(quantize_block, block, size, last):
+    """Quantize block ``b`` of row ``row`` with ``quantize_block`` (``block`` values to ``size`` bytes)."""
+
+    @cuda.jit(device=True, inline="always")
+    def op(args, scratch, row, b):
+        x, qw, use_qw, sigma2, out = args
+        xb, wb, rb, fs = scratch
+        _load_block(x, qw, use_qw, row, b * block, block, xb, wb)
+        quantize_block(xb, 0, rb, 0, wb, use_qw, last(sigma2, row, fs))
+        _copy_to_row(rb, size, out, row, b * size)
+    return op
 
 
-@cuda.jit(device=True, inline="always")
-def _kquant_dequantize_op(args, scratch, row, b):
-    data, kind, type_size, out = args
-    rb, vb = scratch
-    _copy_row(data, row, b * type_size, type_size, rb)
-    kquant_dequantize_block(kind, rb, 0, vb, 0)
-    _copy_to_row(vb, 256, out, row, b * 256)
+def _dequantize_op(dequantize_block, block, size):
+    """Decode record ``b`` of row ``row`` with ``dequantize_block`` (``size`` bytes to ``block`` values)."""
+
+    @cuda.jit(device=True, inline="always")
+    def op(args, scratch, row, b):
+        data, out = args
+        rb, vb = scratch
+        _copy_row(data, row, b * size, size, rb)
+        dequantize_block(rb, 0, vb, 0)
+        _copy_to_row(vb, block, out, row, b * block)
+    return op
 
 
-_legacy_quantize_walk = _record_frame(_legacy_quantize_op)
-_kquant_quantize_walk = _record_frame(_kquant_quantize_op)
-_legacy_dequantize_walk = _record_frame(_legacy_dequantize_op)
-_kquant_dequantize_walk = _record_frame(_kquant_dequantize_op)
+# Placeholders: each format's kernel has its own values of these (its walk, its block, record and scratch sizes).
+_WALK = _BLOCK = _RECORD = _SCRATCH = None
 
 
-@cuda_kernel(lambda: types.void(_F2, I64, _F1, B1, I64, _F1, _U2), [()])
-def gguf_legacy_quantize_kernel(x, kind, qw, use_qw, type_size, sigma2, out):
-    """Quantize ``x`` (rows, n) into ``out`` (rows, n / 32 * type_size): one thread per 32-element block."""
-    scratch = (cuda.local.array(32, types.float32), cuda.local.array(32, types.float32),
-               cuda.local.array(_MAX_RECORD, types.uint8))
-    _legacy_quantize_walk(np.uint64(x.shape[0]), np.uint64(x.shape[1] // 32),
-                          (x, kind, qw, use_qw, type_size, sigma2, out), scratch)
+def _quantize_template(x, qw, use_qw, sigma2, out):
+    scratch = (cuda.local.array(_BLOCK, types.float32), cuda.local.array(_BLOCK, types.float32),
+               cuda.local.array(_RECORD, types.uint8), cuda.local.array(_SCRATCH, types.float32))
+    _WALK(np.uint64(x.shape[0]), np.uint64(x.shape[1] // _BLOCK), (x, qw, use_qw, sigma2, out), scratch)
 
 
-@cuda_kernel(lambda: types.void(_U2, I64, I64, _F2), [()])
-def gguf_legacy_dequantize_kernel(data, kind, type_size, out):
-    """Decode ``data`` (rows, row bytes) into ``out`` (rows, n): one thread per record."""
-    scratch = (cuda.local.array(_MAX_RECORD, types.uint8), cuda.local.array(32, types.float32))
-    _legacy_dequantize_walk(np.uint64(out.shape[0]), np.uint64(out.shape[1] // 32), (data, kind, type_size, out),
-                            scratch)
+def _dequantize_template(data, out):
+    scratch = (cuda.local.array(_RECORD, types.uint8), cuda.local.array(_BLOCK, types.float32))
+    _WALK(np.uint64(out.shape[0]), np.uint64(out.shape[1] // _BLOCK), (data, out), scratch)
 
 
-@cuda_kernel(lambda: types.void(_F2, I64, _F1, B1, I64, _U2), [()])
-def gguf_kquant_quantize_kernel(x, kind, qw, use_qw, type_size, out):
-    """Quantize ``x`` (rows, n) into K-quant ``out`` (rows, n / 256 * type_size): one thread per super-block."""
-    scratch = (cuda.local.array(256, types.float32), cuda.local.array(256, types.float32),
-               cuda.local.array(_MAX_K_RECORD, types.uint8), cuda.local.array(SCRATCH, types.float32))
-    _kquant_quantize_walk(np.uint64(x.shape[0]), np.uint64(x.shape[1] // 256), (x, kind, qw, use_qw, type_size, out),
-                          scratch)
+def _format_kernels(kind: int) -> tuple[runtime.CudaKernel, runtime.CudaKernel]:
+    """The quantize kernel ``(x, qw, use_qw, sigma2, out)`` and the dequantize kernel ``(data, out)`` of ``kind``."""
+    fmt = get_format(kind)
+    legacy = fmt.block_size == 32
+    element = LEGACY_QUANTIZERS[kind] if legacy else KQUANT_QUANTIZERS[kind]
+    decode = LEGACY_DEQUANTIZERS[kind] if legacy else KQUANT_DEQUANTIZERS[kind]
+    sizes = {"_BLOCK": fmt.block_size, "_RECORD": fmt.type_size}
+    name = f"gguf_{fmt.name.lower()}"
+    quantize = format_kernel(
+        _quantize_template, f"{name}_quantize_kernel",
+        f"{fmt.name} records of ``x`` (rows, n) into ``out`` (rows, n / {fmt.block_size} * {fmt.type_size}): one "
+        "thread per block; ``sigma2`` the rows' mean squares (32-value formats, with an importance ``qw``).",
+        _WALK=_record_frame(_quantize_op(element, fmt.block_size, fmt.type_size,
+                                         _row_sigma2 if legacy else _float_scratch)),
+        _SCRATCH=1 if legacy else SCRATCH, **sizes)
+    dequantize = format_kernel(
+        _dequantize_template, f"{name}_dequantize_kernel",
+        f"Decode {fmt.name} ``data`` (rows, row bytes) into ``out`` (rows, n): one thread per record.",
+        _WALK=_record_frame(_dequantize_op(decode, fmt.block_size, fmt.type_size)), **sizes)
+    return (cuda_kernel(lambda: types.void(_F2, _F1, B1, _F1, _U2), [()])(quantize),
+            cuda_kernel(lambda: types.void(_U2, _F2), [()])(dequantize))
 
 
-@cuda_kernel(lambda: types.void(_U2, I64, I64, _F2), [()])
-def gguf_kquant_dequantize_kernel(data, kind, type_size, out):
-    """Decode K-quant ``data`` (rows, row bytes) into ``out`` (rows, n): one thread per record."""
-    scratch = (cuda.local.array(_MAX_K_RECORD, types.uint8), cuda.local.array(256, types.float32))
-    _kquant_dequantize_walk(np.uint64(out.shape[0]), np.uint64(out.shape[1] // 256), (data, kind, type_size, out),
-                            scratch)
+_KERNELS = {kind: _format_kernels(kind) for kind in (*LEGACY_QUANTIZERS, *KQUANT_QUANTIZERS)}
+#: The quantize kernel of each format (ggml type id).
+QUANTIZE_KERNELS = {kind: pair[0] for kind, pair in _KERNELS.items()}
+#: The dequantize kernel of each format (ggml type id).
+DEQUANTIZE_KERNELS = {kind: pair[1] for kind, pair in _KERNELS.items()}
 
 
-#: ``(kernel, signature)`` of every launch of this module (what the PTX check compiles).
-KERNEL_SIGNATURES = [(k, sig) for k in (gguf_sigma2_kernel, gguf_legacy_quantize_kernel,
-                                        gguf_legacy_dequantize_kernel, gguf_kquant_quantize_kernel,
-                                        gguf_kquant_dequantize_kernel) for sig in k.signatures()]
-
-
-def _quantize(kernel, block: int, kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int,
+def _quantize(block: int, kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int,
               with_sigma2: bool) -> np.ndarray:
     stream = runtime.current_stream()
     rows, n = x.shape
     out = np.empty((rows, n // block * type_size), np.uint8)
     d_x = runtime.to_device(x, stream)
     d_qw = runtime.to_device(np.zeros(1, np.float32) if imatrix is None else imatrix, stream)
-    args = (d_x, kind, d_qw, imatrix is not None, type_size)
-    if with_sigma2:  # the 32-value formats weigh a block with its row's mean square
-        d_sigma2 = runtime.result_on_device(np.zeros(max(rows, 1), np.float32), stream)
-        if imatrix is not None:
-            grid, threads = runtime.grid_for_rows(1, rows)
-            gguf_sigma2_kernel.launch(grid, threads, stream, (d_x, d_sigma2))
-        args += (d_sigma2,)
+    # The 32-value formats weigh a block with its row's mean square; the others take no sigma2 (one unused value).
+    d_sigma2 = runtime.result_on_device(np.zeros(max(rows, 1) if with_sigma2 else 1, np.float32), stream)
+    if with_sigma2 and imatrix is not None:
+        grid, threads = runtime.grid_for_rows(1, rows)
+        gguf_sigma2_kernel.launch(grid, threads, stream, (d_x, d_sigma2))
     d_out = runtime.result_on_device(out, stream)
     grid, threads = runtime.grid_for_rows(rows, n // block)
-    kernel.launch(grid, threads, stream, (*args, d_out))
+    QUANTIZE_KERNELS[kind].launch(grid, threads, stream, (d_x, d_qw, imatrix is not None, d_sigma2, d_out))
     runtime.copy_back([(out, d_out)], stream)
     return out
 
 
-def _dequantize(kernel, block: int, kind: int, data: np.ndarray, type_size: int) -> np.ndarray:
+def _dequantize(block: int, kind: int, data: np.ndarray, type_size: int) -> np.ndarray:
     stream = runtime.current_stream()
     out = np.empty((data.shape[0], data.shape[1] // type_size * block), np.float32)
     d_data = runtime.to_device(data, stream)
     d_out = runtime.result_on_device(out, stream)
     grid, threads = runtime.grid_for_rows(out.shape[0], out.shape[1] // block)
-    kernel.launch(grid, threads, stream, (d_data, kind, type_size, d_out))
+    DEQUANTIZE_KERNELS[kind].launch(grid, threads, stream, (d_data, d_out))
     runtime.copy_back([(out, d_out)], stream)
     return out
 
 
 def legacy_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
     """Records of ``x`` (rows, n) float32 (host, C-contiguous) computed on the GPU; ``imatrix`` (n,) or None."""
-    return _quantize(gguf_legacy_quantize_kernel, 32, kind, x, imatrix, type_size, True)
+    return _quantize(32, kind, x, imatrix, type_size, True)
 
 
 def legacy_dequantize(kind: int, data: np.ndarray, type_size: int) -> np.ndarray:
     """float32 (rows, n) of the records ``data`` (rows, row bytes), decoded on the GPU."""
-    return _dequantize(gguf_legacy_dequantize_kernel, 32, kind, data, type_size)
+    return _dequantize(32, kind, data, type_size)
 
 
 def kquant_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
     """K-quant records of ``x`` (rows, n) float32 (host, C-contiguous) computed on the GPU."""
-    return _quantize(gguf_kquant_quantize_kernel, 256, kind, x, imatrix, type_size, False)
+    return _quantize(256, kind, x, imatrix, type_size, False)
 
 
 def kquant_dequantize(kind: int, data: np.ndarray, type_size: int) -> np.ndarray:
     """float32 (rows, n) of the K-quant records ``data`` (rows, row bytes), decoded on the GPU."""
-    return _dequantize(gguf_kquant_dequantize_kernel, 256, kind, data, type_size)
+    return _dequantize(256, kind, data, type_size)

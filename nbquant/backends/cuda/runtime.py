@@ -171,7 +171,7 @@ def all_signatures() -> list[tuple[str, object]]:
     --------
     >>> from nbquant.backends import cuda
     >>> len(all_signatures())
-    121
+    143
     """
     return [(k.name, sig) for k in KERNELS.values() for sig in k.signatures()]
 
