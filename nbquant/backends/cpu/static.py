@@ -35,6 +35,9 @@ class StaticOps:
         for (x3, o3), (s3, *z3), (bp, br, bc) in canonical_views(spec.layout, [xk, out], params, [1, group]):
             tile = row_tile(x3.shape[2], group[0])
             if fmt.is_float:
+                if spec.scale_op == ScaleOp.DIVIDE and not spec.packed:  # the default mode: its own kernel
+                    floats.quantize_float_divide_kernel(x3, s3, fmt.fp_params, spec.saturate, bp, br, bc, tile, o3)
+                    continue
                 kernel = floats.quantize_float_packed_kernel if spec.packed else floats.quantize_float_kernel
                 kernel(x3, s3, int(spec.scale_op), fmt.fp_params, spec.saturate, bp, br, bc, tile, o3)
                 continue
