@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import modes
+from ._memory import host_empty
 from .backends import resolve_backend
 from .formats import QuantFormat, get_format
 from .layout import resolve_layout
@@ -249,7 +250,7 @@ def _per_tensor(x, scale, dtype, backend: str | None) -> np.ndarray | None:
     kernel = getattr(resolve_backend(backend, ()), "quantize_per_tensor", None)
     if kernel is None:
         return None
-    codes = np.empty(x.shape, fmt.dtype)
+    codes = host_empty(x.shape, fmt.dtype)  # the general path's allocation: the pool, its checks
     kernel(x, s, fmt, qmin, qmax, codes.view(storage))
     return codes
 

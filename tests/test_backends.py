@@ -259,6 +259,7 @@ def test_every_cached_cpu_kernel_is_stamped():
     package = importlib.import_module("nbquant.backends.cpu")
     modules = [importlib.import_module(f"{package.__name__}.{m.name}") for m in pkgutil.iter_modules(package.__path__)]
     values = [v for module in modules for v in vars(module).values()]
+    values += [k for v in values if isinstance(v, dict) for k in v.values()]  # per-format tables (GGUF kernels)
     kernels = {id(v): v for v in values if isinstance(v, registry_.CpuKernel)}
     stray = [v for v in values if isinstance(v, Dispatcher) and hasattr(getattr(v, "_cache", None), "_cache_file")]
     assert kernels and set(kernels) == {id(k) for k in registry_.KERNELS}
