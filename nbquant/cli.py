@@ -3,8 +3,8 @@
 ``nbquant demo`` quantizes a built-in weight-like matrix with several schemes on
 every available compiled backend, checks the codes of a slice of rows against the
 ``reference`` backend, and prints a table of accuracy, speed and agreement, with a
-legend. The work is done by :mod:`nbquant.demo`; this module only parses arguments
-and formats.
+legend. The work is done by :mod:`nbquant.demo` (the table's text by
+:mod:`nbquant.demo.table`); this module parses arguments and prints.
 
 Examples
 --------
@@ -30,6 +30,7 @@ from .demo.convert import DEMO_CHECKPOINT
 from .demo.table import HEADER, LEGEND, format_row, machine_info, machine_line
 
 __all__ = ["main", "run", "parse_size", "format_row", "machine_info", "HEADER", "LEGEND"]
+
 
 def parse_size(text: str) -> tuple[int, int]:
     """Parse ``--size``: ``N`` for an N x N matrix or ``RxC``; the column count must be even.
