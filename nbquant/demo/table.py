@@ -118,7 +118,23 @@ def machine_info() -> dict[str, Any]:
 
 
 def machine_line(info: dict) -> str:
-    """The demo's last line but one: the machine and the cpu backend's threads (:func:`machine_info`)."""
+    """Return the demo's machine line: the machine, the versions and the cpu backend's threads.
+
+    Parameters
+    ----------
+    info : dict
+        :func:`machine_info`'s facts.
+
+    Returns
+    -------
+    str
+        One line, starting ``machine:``.
+
+    Examples
+    --------
+    >>> machine_line(machine_info()).startswith("machine: ")
+    True
+    """
     numba = f"numba {info['numba']}" if info["numba"] else "numba not loaded"
     return (f"machine: {info['cpu']}, {info['cores']} cores ({info['usable_cores']} usable), {info['platform']}; "
             f"Python {info['python']}, numpy {info['numpy']}, {numba}; "
