@@ -87,9 +87,8 @@ def is_device_array(a) -> bool:
 
     Examples
     --------
-    >>> import numpy as np
-    >>> is_device_array(np.zeros(3))
-    False
+    >>> is_device_array(np.zeros(3)), is_device_array(None)
+    (False, False)
     """
     if a is None or isinstance(a, np.ndarray):
         return False

@@ -138,6 +138,10 @@ def resolve_targets(names: Sequence[str] | None) -> list[str]:
     ValueError
         Naming the unknown name and the targets and groups there are.
 
+    See Also
+    --------
+    precompile : Compiles the targets these names stand for.
+
     Examples
     --------
     >>> resolve_targets(["nvfp4", "W4A16"])

@@ -77,6 +77,14 @@ SUB_BYTE_INT = {f"int{b}" for b in range(1, 8)}
 _FLOATS = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
            "bfloat16": np.dtype(ml_dtypes.bfloat16)}
 _HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+#: The ``input`` and ``block_size`` parameters of the torchao functions that take a float input in blocks, as
+#: :func:`nbquant._docstrings.fill_doc` fills them.
+FLOAT_INPUT = """
+input : numpy.ndarray
+    float32, float16 or bfloat16.
+block_size : tuple of int
+    As in :func:`~nbquant.compat.torchao.quantize_affine`.
+"""
 
 
 def target_key(dtype, name: str) -> str:
@@ -452,8 +460,9 @@ def _dequantize_affine_no_zero_point(input: npt.ArrayLike, block_size, scale: np
     Examples
     --------
     >>> import numpy as np
-    >>> _dequantize_affine_no_zero_point(np.array([2, -14], np.int8), (2,), np.float32(0.5), None, "int8")
-    array([ 1., -7.], dtype=float32)
+    >>> q = _quantize_affine_no_zero_point(np.array([1.25, -7.0], np.float32), (2,), np.float32(0.5), None, "int8")
+    >>> q, _dequantize_affine_no_zero_point(q, (2,), np.float32(0.5), None, "int8")
+    (array([  2, -14], dtype=int8), array([ 1., -7.], dtype=float32))
     """
     if zero_point is not None:
         raise ValueError("zero_point should be None for _dequantize_affine_no_zero_point")

@@ -19,6 +19,7 @@ import enum
 import numpy as np
 import numpy.typing as npt
 
+from .._docstrings import fill_doc
 from ..validation import check_finite, show
 from . import torchao_affine as _ao
 from .torchao_tinygemm import _dequantize_affine_tinygemm, _quantize_affine_tinygemm
@@ -81,6 +82,23 @@ def _fake(input, block_size, scale, zero_point, quant_dtype, quant_min, quant_ma
     return dq, ~nan
 
 
+#: The parameters of :func:`_fake_quantize_affine` and :func:`_fake_quantize_affine_cachemask`
+#: (:func:`nbquant._docstrings.fill_doc`).
+_FAKE_PARAMETERS = _ao.FLOAT_INPUT + """scale : numpy.ndarray
+    As in :func:`~nbquant.compat.torchao.quantize_affine`.
+zero_point : numpy.ndarray or None
+    As in :func:`~nbquant.compat.torchao.quantize_affine`; None with ``ZeroPointDomain.NONE``,
+    float zero points with ``ZeroPointDomain.FLOAT``.
+quant_dtype : str or dtype
+    As ``output_dtype`` of :func:`~nbquant.compat.torchao.quantize_affine`.
+quant_min, quant_max : int, optional
+    As in :func:`~nbquant.compat.torchao.quantize_affine`.
+zero_point_domain : ZeroPointDomain
+    ``INT`` (default), ``FLOAT`` (tinygemm) or ``NONE``; the member or its name.
+"""
+
+
+@fill_doc(fake_parameters=_FAKE_PARAMETERS)
 def _fake_quantize_affine(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero_point: npt.ArrayLike | None,
                           quant_dtype, quant_min: int | None = None, quant_max: int | None = None,
                           zero_point_domain=ZeroPointDomain.INT) -> np.ndarray:
@@ -88,21 +106,7 @@ def _fake_quantize_affine(input: npt.ArrayLike, block_size, scale: npt.ArrayLike
 
     Parameters
     ----------
-    input : numpy.ndarray
-        float32, float16 or bfloat16.
-    block_size : tuple of int
-        As in :func:`~nbquant.compat.torchao.quantize_affine`.
-    scale : numpy.ndarray
-        As in :func:`~nbquant.compat.torchao.quantize_affine`.
-    zero_point : numpy.ndarray or None
-        As in :func:`~nbquant.compat.torchao.quantize_affine`; None with ``ZeroPointDomain.NONE``,
-        float zero points with ``ZeroPointDomain.FLOAT``.
-    quant_dtype : str or dtype
-        As ``output_dtype`` of :func:`~nbquant.compat.torchao.quantize_affine`.
-    quant_min, quant_max : int, optional
-        As in :func:`~nbquant.compat.torchao.quantize_affine`.
-    zero_point_domain : ZeroPointDomain
-        ``INT`` (default), ``FLOAT`` (tinygemm) or ``NONE``; the member or its name.
+    {fake_parameters}
 
     Returns
     -------
@@ -119,6 +123,7 @@ def _fake_quantize_affine(input: npt.ArrayLike, block_size, scale: npt.ArrayLike
     return _fake(input, block_size, scale, zero_point, quant_dtype, quant_min, quant_max, zero_point_domain)[0]
 
 
+@fill_doc(fake_parameters=_FAKE_PARAMETERS)
 def _fake_quantize_affine_cachemask(input: npt.ArrayLike, block_size, scale: npt.ArrayLike,
                                     zero_point: npt.ArrayLike | None, quant_dtype, quant_min: int | None = None,
                                     quant_max: int | None = None,
@@ -130,20 +135,7 @@ def _fake_quantize_affine_cachemask(input: npt.ArrayLike, block_size, scale: npt
 
     Parameters
     ----------
-    input : numpy.ndarray
-        As in :func:`_fake_quantize_affine`.
-    block_size : tuple of int
-        As in :func:`_fake_quantize_affine`.
-    scale : numpy.ndarray
-        As in :func:`_fake_quantize_affine`.
-    zero_point : numpy.ndarray or None
-        As in :func:`_fake_quantize_affine`.
-    quant_dtype : str or dtype
-        As in :func:`_fake_quantize_affine`.
-    quant_min, quant_max : int, optional
-        As in :func:`_fake_quantize_affine`.
-    zero_point_domain : ZeroPointDomain
-        As in :func:`_fake_quantize_affine`.
+    {fake_parameters}
 
     Returns
     -------

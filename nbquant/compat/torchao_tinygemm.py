@@ -13,8 +13,10 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import api
+from .._docstrings import fill_doc
 from ..validation import check_finite
 from .torchao_affine import (
+    FLOAT_INPUT,
     SUB_BYTE_INT,
     SUB_BYTE_UINT,
     TARGETS,
@@ -56,6 +58,7 @@ def _per_block(op, a: np.ndarray, values: np.ndarray, block) -> np.ndarray:
     return op(a.astype(np.float32).reshape(split), values.reshape(expanded)).reshape(a.shape)
 
 
+@fill_doc(float_input=FLOAT_INPUT)
 def _quantize_affine_tinygemm(input: npt.ArrayLike, block_size, scale: npt.ArrayLike, zero_point: npt.ArrayLike,
                               output_dtype, quant_min: int | None = None,
                               quant_max: int | None = None) -> np.ndarray:
@@ -69,10 +72,7 @@ def _quantize_affine_tinygemm(input: npt.ArrayLike, block_size, scale: npt.Array
 
     Parameters
     ----------
-    input : numpy.ndarray
-        float32, float16 or bfloat16.
-    block_size : tuple of int
-        As in :func:`~nbquant.compat.torchao.quantize_affine`.
+    {float_input}
     scale, zero_point : numpy.ndarray
         float32, one per block: the scale and the float value of the middle code.
     output_dtype : str or dtype

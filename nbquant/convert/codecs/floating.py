@@ -13,11 +13,9 @@ the codes of an element format per block, packed when the format packs (e2m1), a
 
 Examples
 --------
->>> import numpy as np, ml_dtypes
->>> from nbquant.convert.codecs import Context, codec_for
 >>> from nbquant.convert.schemes import get_scheme
 >>> x = np.linspace(-1, 1, 4 * 32, dtype=np.float32).reshape(4, 32).astype(ml_dtypes.bfloat16)
->>> codec_for(get_scheme("MXFP4A16")).quantize(x, Context())["weight_scale"].ravel().tolist()
+>>> MXFP4PackQuantized(get_scheme("MXFP4A16")).quantize(x, Context())["weight_scale"].ravel().tolist()
 [125, 124, 124, 125]
 """
 
@@ -90,7 +88,6 @@ class FloatQuantized(Codec):
 
     Examples
     --------
-    >>> import numpy as np
     >>> from nbquant.convert.schemes import get_scheme
     >>> FloatQuantized(get_scheme("FP8_BLOCK")).entries((300, 200), np.dtype(np.float32))
     [('weight', 'F8_E4M3', (300, 200)), ('weight_scale', 'F32', (3, 2))]
@@ -195,10 +192,10 @@ class MXFP4PackQuantized(_MXCodec):
 
     Examples
     --------
-    >>> import numpy as np
     >>> from nbquant.convert.schemes import get_scheme
-    >>> MXFP4PackQuantized(get_scheme("MXFP4")).entries((2, 64), np.dtype(np.float16))
-    [('weight_packed', 'U8', (2, 32)), ('weight_scale', 'U8', (2, 2))]
+    >>> out = MXFP4PackQuantized(get_scheme("MXFP4")).quantize(np.array([[0.5, -1, 3, 6] * 8], np.float32), Context())
+    >>> out["weight_scale"], out["weight_packed"][0, :2]  # 2**0; codes 1 and 2 of 0.5, -1 in a byte, first one low
+    (array([[127]], dtype=uint8), array([161, 117], dtype=uint8))
     """
 
     element = get_format("float4_e2m1fn")
@@ -210,10 +207,10 @@ class MXFP8Quantized(_MXCodec):
 
     Examples
     --------
-    >>> import numpy as np
     >>> from nbquant.convert.schemes import get_scheme
-    >>> MXFP8Quantized(get_scheme("MXFP8")).entries((2, 64), np.dtype(np.float16))
-    [('weight', 'F8_E4M3', (2, 64)), ('weight_scale', 'U8', (2, 2))]
+    >>> c, x = MXFP8Quantized(get_scheme("MXFP8")), np.array([[0.5, -1.0, 3.0, 448.0] * 8], np.float32)
+    >>> c.dequantize(c.quantize(x, Context()), np.float32)[0, :4]  # E4M3 values in range come back
+    array([  0.5,  -1. ,   3. , 448. ], dtype=float32)
     """
 
     element = E4M3

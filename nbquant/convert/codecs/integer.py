@@ -15,10 +15,8 @@ way, along rows.
 
 Examples
 --------
->>> import numpy as np, ml_dtypes
->>> from nbquant.convert.codecs import Context, codec_for
 >>> from nbquant.convert.schemes import get_scheme
->>> c = codec_for(get_scheme("W4A16_ASYM"))
+>>> c = PackQuantized(get_scheme("W4A16_ASYM"))
 >>> x = np.linspace(-1, 3, 2 * 128, dtype=np.float32).reshape(2, 128).astype(ml_dtypes.bfloat16)
 >>> [(k, v.dtype.name, v.shape) for k, v in c.quantize(x, Context()).items()]  # doctest: +NORMALIZE_WHITESPACE
 [('weight_packed', 'int32', (2, 16)), ('weight_scale', 'bfloat16', (2, 1)), ('weight_shape', 'int64', (2,)),
@@ -106,10 +104,10 @@ class IntQuantized(_IntegerCodec):
 
     Examples
     --------
-    >>> import numpy as np
     >>> from nbquant.convert.schemes import get_scheme
-    >>> IntQuantized(get_scheme("W8A8")).entries((4, 64), np.dtype(np.float32))
-    [('weight', 'I8', (4, 64)), ('weight_scale', 'F32', (4, 1))]
+    >>> out = IntQuantized(get_scheme("W8A8")).quantize(np.array([[0.5, -1.0, 0.25, 2.0]], np.float32), Context())
+    >>> out["weight"], out["weight_scale"]  # s = 2 / 127.5
+    (array([[ 32, -64,  16, 127]], dtype=int8), array([[0.01568628]], dtype=float32))
     """
 
     #: The stored codes.
@@ -142,7 +140,6 @@ class PackQuantized(_IntegerCodec):
 
     Examples
     --------
-    >>> import numpy as np
     >>> from nbquant.convert.schemes import get_scheme
     >>> PackQuantized(get_scheme("W4A16_ASYM")).entries((8, 256), np.dtype(np.float16))[::3]
     [('weight_packed', 'I32', (8, 32)), ('weight_zero_point', 'I32', (1, 2))]

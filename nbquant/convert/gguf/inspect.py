@@ -4,9 +4,8 @@ Examples
 --------
 >>> import os, tempfile
 >>> from nbquant.convert.gguf import write_synthetic_gguf
->>> path = write_synthetic_gguf(os.path.join(tempfile.mkdtemp(), "m.gguf"), hidden=64, intermediate=128, layers=1,
-...                             vocab=32)
->>> data = inspect_gguf(path)
+>>> path = os.path.join(tempfile.mkdtemp(), "m.gguf")
+>>> data = inspect_gguf(write_synthetic_gguf(path, hidden=64, intermediate=128, layers=1, vocab=32))
 >>> data["metadata"]["general.architecture"], data["types"]
 ('llama', {'BF16': 9, 'F32': 3})
 >>> print(format_gguf_inspection(data).splitlines()[-1])
