@@ -31,7 +31,8 @@ def llama_tensors(hidden: int, intermediate: int, layers: int, vocab: int, heads
             out += [(f"blk.{i}.attn_q.bias", (hidden,)), (f"blk.{i}.attn_k.bias", (kv,)),
                     (f"blk.{i}.attn_v.bias", (kv,))]
         out += [(f"blk.{i}.attn_output.weight", (hidden, hidden)), (f"blk.{i}.ffn_norm.weight", (hidden,)),
-                (f"blk.{i}.ffn_gate.weight", (intermediate, hidden)), (f"blk.{i}.ffn_up.weight", (intermediate, hidden)),
+                (f"blk.{i}.ffn_gate.weight", (intermediate, hidden)),
+                (f"blk.{i}.ffn_up.weight", (intermediate, hidden)),
                 (f"blk.{i}.ffn_down.weight", (hidden, intermediate))]
     out += [("output_norm.weight", (hidden,))] + ([] if tied else [("output.weight", (vocab, hidden))])
     return out

@@ -357,7 +357,7 @@ def open_gguf(src: str, target: Scheme) -> Checkpoint:
     missing = sorted(set(expected) - set(g.tensors))
     if missing:
         raise ConvertError(f"{g.path}: tensor {missing[0]} is missing ({len(missing)} expected tensor(s) missing)")
-    groups = _plan_shards(list(weights), nbytes)
+    groups = _plan_shards(sorted(weights), nbytes)  # the order of the index written: converting it again, the same
     names = ["model.safetensors"] if len(groups) == 1 else \
         [f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))]
     shards, weight_map = {}, {}
