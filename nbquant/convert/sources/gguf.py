@@ -111,7 +111,8 @@ def _cast(x: np.ndarray, dtype: np.dtype, out: np.ndarray) -> None:
         return
     nan = np.isnan(x)
     if dtype == np.float16:
-        h = x.astype(np.float16).view(np.uint16)
+        with np.errstate(over="ignore"):  # past the float16 range: inf, as torch writes it
+            h = x.astype(np.float16).view(np.uint16)
         h[nan] |= 0x0200
         out.view(np.uint16)[...] = h
         return
@@ -354,7 +355,7 @@ def open_gguf(src: str, target: Scheme) -> Checkpoint:
                                    "heads (its rotary halves cannot be put back)")
         weights[hf] = GGUFWeight(hf, file, info, shape, dtype, heads)
         nbytes[hf] = math.prod(shape) * dtype.itemsize
-    missing = sorted(set(expected) - set(g.tensors))
+    missing = [n for n in expected if n not in g.tensors]
     if missing:
         raise ConvertError(f"{g.path}: tensor {missing[0]} is missing ({len(missing)} expected tensor(s) missing)")
     groups = _plan_shards(sorted(weights), nbytes)  # the order of the index written: converting it again, the same
