@@ -239,3 +239,13 @@ def test_cli(tmp_path, capsys):
     assert main(["convert", src, str(tmp_path / "q"), "--scheme", "Q8_0", "--quiet"]) == 0  # GGUF out, as before
     with read_gguf(str(tmp_path / "q")) as g:
         assert g.value("general.file_type") == 7
+
+
+def test_bad_metadata_one_line(tmp_path):
+    small = {"hidden": 128, "intermediate": 256, "layers": 1, "vocab": 32}
+    for key, value, match in [("llama.attention.head_count", 0, "head_count|num_attention_heads = 0"),
+                              ("llama.block_count", 1 << 30, "block_count is 1073741824 but the file holds 12"),
+                              ("llama.attention.head_count_kv", 0, "num_key_value_heads = 0")]:
+        src = write_llama_gguf(str(tmp_path / "m.gguf"), extra=[Field.u32(key, value)], **small)
+        with pytest.raises(ConvertError, match=match):
+            open_gguf(src, get_scheme("BF16"))

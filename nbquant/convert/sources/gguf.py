@@ -79,6 +79,8 @@ _BIASES = {"attn_q.bias": ("self_attn.q_proj.bias", True), "attn_k.bias": ("self
 #: Tensors transformers' model has no place for, left out with a note.
 _DROPPED = {"rope_freqs.weight": "llama 3 rope frequency factors (transformers computes them from the config)"}
 _BLOCK = re.compile(r"blk\.(\d+)\.(.+)")
+#: The config keys a GGUF model must state (positive).
+_REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
 
 
 def is_gguf(src: str) -> bool:
@@ -227,7 +229,7 @@ def gguf_config(g: SplitModel) -> tuple[dict, list[str]]:
     keys = dict(_KEYS, **({"rope.dimension_count": "head_dim"} if arch == "llama" else {}))
     for key, name in keys.items():
         v = _value(g, f"{arch}.{key}", float if name in ("rope_theta", "rms_norm_eps") else int,
-                   required=name in ("num_hidden_layers", "hidden_size", "num_attention_heads"))
+                   required=name in _REQUIRED)
         if v is not None:
             config[name] = v
     for key, name in _TOKEN_KEYS.items():
@@ -239,6 +241,12 @@ def gguf_config(g: SplitModel) -> tuple[dict, list[str]]:
         config["vocab_size"] = len(tokens.values) if tokens is not None and tokens.is_array else \
             _shape(g, "token_embd.weight", 2)[0]
     config.setdefault("num_key_value_heads", config["num_attention_heads"])  # llama.cpp's default
+    for name in (*_REQUIRED, "num_key_value_heads", "vocab_size"):
+        if config[name] <= 0:
+            raise ConvertError(f"{g.path}: the metadata give {name} = {config[name]}; expected a positive number")
+    if config["num_hidden_layers"] > len(g.tensors):
+        raise ConvertError(f"{g.path}: {arch}.block_count is {config['num_hidden_layers']} but the file holds "
+                           f"{len(g.tensors)} tensors")
     notes = [f"{k} is not mapped by transformers and left out of config.json" for k in g.fields
              if k.startswith(f"{arch}.rope.scaling.")]
     return config, notes
