@@ -20,7 +20,8 @@ MIXED = {"attn_q.weight": "Q8_0", "attn_k.weight": "Q4_K", "attn_v.weight": "Q6_
 
 
 def llama_tensors(hidden: int, intermediate: int, layers: int, vocab: int, heads: int, kv_heads: int,
-                  tied: bool = False, biases: bool = False) -> list[tuple[str, tuple[int, ...]]]:
+                  tied: bool = False, biases: bool = False,
+                  qk_norms: bool = False) -> list[tuple[str, tuple[int, ...]]]:
     """The tensor names and NumPy-order shapes of a llama-shaped model, in llama.cpp's order."""
     kv = hidden // heads * kv_heads
     out = [("token_embd.weight", (vocab, hidden))]
@@ -30,6 +31,9 @@ def llama_tensors(hidden: int, intermediate: int, layers: int, vocab: int, heads
         if biases:
             out += [(f"blk.{i}.attn_q.bias", (hidden,)), (f"blk.{i}.attn_k.bias", (kv,)),
                     (f"blk.{i}.attn_v.bias", (kv,))]
+        if qk_norms:
+            out += [(f"blk.{i}.attn_q_norm.weight", (hidden // heads,)), (f"blk.{i}.attn_k_norm.weight",
+                                                                         (hidden // heads,))]
         out += [(f"blk.{i}.attn_output.weight", (hidden, hidden)), (f"blk.{i}.ffn_norm.weight", (hidden,)),
                 (f"blk.{i}.ffn_gate.weight", (intermediate, hidden)),
                 (f"blk.{i}.ffn_up.weight", (intermediate, hidden)),
@@ -51,12 +55,13 @@ def _encode(x: np.ndarray, qtype: str) -> bytes:
 
 def write_llama_gguf(path: str, hidden: int = 256, intermediate: int = 512, layers: int = 2, vocab: int = 64,
                      heads: int = 8, kv_heads: int = 2, types: dict[str, str] | None = None, arch: str = "llama",
-                     tied: bool = False, biases: bool = False, extra: list[Field] | None = None,
+                     tied: bool = False, biases: bool = False, qk_norms: bool = False,
+                     extra: list[Field] | None = None,
                      tensors: list[tuple[str, tuple[int, ...]]] | None = None, seed: int = 0) -> str:
     """Write a llama-shaped GGUF file to ``path`` whose tensors have the types ``types`` picks (see :data:`MIXED`)."""
     rng = np.random.default_rng(seed)
     shapes = tensors if tensors is not None else llama_tensors(hidden, intermediate, layers, vocab, heads, kv_heads,
-                                                                tied, biases)
+                                                                tied, biases, qk_norms)
     fields = [Field.string("general.architecture", arch), Field.string("general.name", "nbquant test"),
               Field.u32(f"{arch}.context_length", 512), Field.u32(f"{arch}.embedding_length", hidden),
               Field.u32(f"{arch}.block_count", layers), Field.u32(f"{arch}.feed_forward_length", intermediate),

@@ -144,6 +144,18 @@ def test_tied_embeddings_and_notes(tmp_path):
                        "them from the config)"]
 
 
+def test_qwen3_head_size(tmp_path):
+    small = {"hidden": 256, "intermediate": 256, "layers": 1, "vocab": 32, "arch": "qwen3", "qk_norms": True}
+    ckpt = open_gguf(write_llama_gguf(str(tmp_path / "a.gguf"), heads=2, kv_heads=1, **small), get_scheme("BF16"))
+    assert ckpt.config["head_dim"] == 128 and "model.layers.0.self_attn.k_norm.weight" in ckpt.weight_map
+    src = write_llama_gguf(str(tmp_path / "b.gguf"), heads=4, kv_heads=1, extra=[Field.u32("qwen3.attention.key_length",
+                                                                                          64)], **small)
+    assert open_gguf(src, get_scheme("BF16")).config["head_dim"] == 64
+    with pytest.raises(ConvertError, match=r"c.gguf: tensor blk.0.attn_q.weight has shape \[256, 256\]; .* "
+                                           r"the shape \[512, 256\]"):
+        open_gguf(write_llama_gguf(str(tmp_path / "c.gguf"), heads=4, kv_heads=1, **small), get_scheme("BF16"))
+
+
 def test_mistral_and_qwen2(tmp_path):
     src = write_llama_gguf(str(tmp_path / "m.gguf"), hidden=128, intermediate=256, layers=1, vocab=32,
                            extra=[Field.string("general.name", "mistral")])
@@ -190,7 +202,7 @@ def test_bad_inputs_one_line(tmp_path):
     refused(src, "a.gguf: not a readable GGUF file: tensor 'output.weight'.s 8192 bytes run past the end")
     refused(write_llama_gguf(str(tmp_path / "b.gguf"), arch="gemma", **small),
             r"b.gguf: GGUF architecture 'gemma' is not one nbquant writes as a Hugging Face checkpoint \(it maps "
-            "llama, qwen2\\); convert it to GGUF instead")
+            "llama, qwen2, qwen3\\); convert it to GGUF instead")
     bad_k = [(n, (48, 128) if n == "blk.0.attn_k.weight" else s) for n, s in llama_tensors(128, 256, 1, 32, 8, 2)]
     refused(write_llama_gguf(str(tmp_path / "c.gguf"), tensors=bad_k, **small),
             r"tensor blk.0.attn_k.weight has shape \[48, 128\]; the metadata \(llama.\*\) give "

@@ -42,9 +42,11 @@ def _load_output(folder) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("scheme", ["BF16", "F16", "F32"])
-@pytest.mark.parametrize(("arch", "tied"), [("llama", False), ("llama", True), ("qwen2", False)])
+@pytest.mark.parametrize(("arch", "tied"), [("llama", False), ("llama", True), ("qwen2", False), ("qwen3", True)])
 def test_gguf_source_equals_transformers(tmp_path, scheme, arch, tied):
+    heads = 2 if arch == "qwen3" else 8  # qwen3: transformers' head size, 128 (the file states none)
     src = write_llama_gguf(str(tmp_path / "m.gguf"), types=MIXED, arch=arch, tied=tied, biases=arch == "qwen2",
+                           qk_norms=arch == "qwen3", heads=heads, kv_heads=1 if arch == "qwen3" else 2,
                            seed=len(arch) + tied)
     out = tmp_path / "out"
     report = convert(src, out, scheme, progress=False)

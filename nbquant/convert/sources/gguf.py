@@ -52,7 +52,8 @@ from .view import Decoded, DecodedFile
 __all__ = ["ARCHITECTURES", "GGUFShard", "GGUFWeight", "is_gguf", "open_gguf", "SHARD_BYTES"]
 
 #: GGUF ``general.architecture`` → the transformers ``model_type`` and class it is written as.
-ARCHITECTURES = {"llama": ("llama", "LlamaForCausalLM"), "qwen2": ("qwen2", "Qwen2ForCausalLM")}
+ARCHITECTURES = {"llama": ("llama", "LlamaForCausalLM"), "qwen2": ("qwen2", "Qwen2ForCausalLM"),
+                 "qwen3": ("qwen3", "Qwen3ForCausalLM")}
 #: An output shard holds at most this many bytes of tensors (more only for one larger tensor).
 SHARD_BYTES = 5 * 10**9
 #: Values decoded to float32 at a time.
@@ -76,6 +77,10 @@ _LAYER = {"attn_norm.weight": ("input_layernorm.weight", True), "attn_q.weight":
           "ffn_down.weight": ("mlp.down_proj.weight", False)}
 _BIASES = {"attn_q.bias": ("self_attn.q_proj.bias", True), "attn_k.bias": ("self_attn.k_proj.bias", True),
            "attn_v.bias": ("self_attn.v_proj.bias", True)}
+_QK_NORMS = {"attn_q_norm.weight": ("self_attn.q_norm.weight", True),
+             "attn_k_norm.weight": ("self_attn.k_norm.weight", True)}
+#: The head size of a qwen3 file without ``qwen3.attention.key_length`` (transformers' ``Qwen3Config`` default).
+_QWEN3_HEAD_DIM = 128
 #: Tensors transformers' model has no place for, left out with a note.
 _DROPPED = {"rope_freqs.weight": "llama 3 rope frequency factors (transformers computes them from the config)"}
 _BLOCK = re.compile(r"blk\.(\d+)\.(.+)")
@@ -226,7 +231,8 @@ def gguf_config(g: SplitModel) -> tuple[dict, list[str]]:
         model_type, cls = "mistral", "MistralForCausalLM"
     config: dict = {"architectures": [cls], "model_type": model_type,
                     "tie_word_embeddings": "output.weight" not in g.tensors}
-    keys = dict(_KEYS, **({"rope.dimension_count": "head_dim"} if arch == "llama" else {}))
+    keys = dict(_KEYS, **({"rope.dimension_count": "head_dim"} if arch == "llama" else
+                          {"attention.key_length": "head_dim"} if arch == "qwen3" else {}))
     for key, name in keys.items():
         v = _value(g, f"{arch}.{key}", float if name in ("rope_theta", "rms_norm_eps") else int,
                    required=name in _REQUIRED)
@@ -241,6 +247,8 @@ def gguf_config(g: SplitModel) -> tuple[dict, list[str]]:
         config["vocab_size"] = len(tokens.values) if tokens is not None and tokens.is_array else \
             _shape(g, "token_embd.weight", 2)[0]
     config.setdefault("num_key_value_heads", config["num_attention_heads"])  # llama.cpp's default
+    if arch == "qwen3":  # transformers reads no head size from a qwen3 file: its config's default
+        config.setdefault("head_dim", _QWEN3_HEAD_DIM)
     for name in (*_REQUIRED, "num_key_value_heads", "vocab_size"):
         if config[name] <= 0:
             raise ConvertError(f"{g.path}: the metadata give {name} = {config[name]}; expected a positive number")
@@ -270,9 +278,9 @@ def _expected(config: dict, arch: str) -> dict[str, tuple[str, tuple[int, ...]]]
     shapes = {"attn_norm.weight": (h,), "attn_q.weight": (q, h), "attn_k.weight": (k, h), "attn_v.weight": (k, h),
               "attn_output.weight": (h, q), "ffn_norm.weight": (h,), "ffn_gate.weight": (inter, h),
               "ffn_up.weight": (inter, h), "ffn_down.weight": (h, inter), "attn_q.bias": (q,), "attn_k.bias": (k,),
-              "attn_v.bias": (k,)}
+              "attn_v.bias": (k,), "attn_q_norm.weight": (head_dim,), "attn_k_norm.weight": (head_dim,)}
     out = {g: (n, (vocab, h) if g != "output_norm.weight" else (h,)) for g, (n, _) in _GLOBAL.items()}
-    layer = dict(_LAYER, **(_BIASES if arch == "qwen2" else {}))
+    layer = dict(_LAYER, **{"qwen2": _BIASES, "qwen3": _QK_NORMS}.get(arch, {}))
     for i in range(config["num_hidden_layers"]):
         out.update({f"blk.{i}.{g}": (f"model.layers.{i}.{n}", shapes[g]) for g, (n, _) in layer.items()})
     if config["tie_word_embeddings"]:
