@@ -89,3 +89,27 @@ def write_llama_gguf(path: str, hidden: int = 256, intermediate: int = 512, laye
         for b in blobs:
             f.write(b)
     return path
+
+
+def split_gguf(src: str, parts: int, stem: str) -> str:
+    """``src`` rewritten as ``parts`` files ``STEM-0000i-of-0000N.gguf`` (llama.cpp's split keys, the tensors cut in
+    runs); returns the first part's path."""
+    from nbquant.gguf.file import INT32, UINT16, read_gguf
+
+    with read_gguf(src) as g:
+        names = list(g.tensors)
+        step = -(-len(names) // parts)
+        for i in range(parts):
+            fields = (list(g.fields.values()) if i == 0 else []) + [
+                Field("split.no", UINT16, struct.pack("<H", i)), Field("split.count", UINT16, struct.pack("<H", parts)),
+                Field("split.tensors.count", INT32, struct.pack("<i", len(names)))]
+            infos, offset, data = [], 0, []
+            for name in names[i * step:(i + 1) * step]:
+                t = g.tensors[name]
+                infos.append(TensorInfo(name, t.ne, t.type_id, offset))
+                raw = bytes(g.tensor_bytes(name))
+                data.append(raw + bytes(-len(raw) % 32))
+                offset += len(data[-1])
+            with open(f"{stem}-{i + 1:05d}-of-{parts:05d}.gguf", "wb") as f:
+                f.write(encode_metadata(fields, infos, 32) + b"".join(data))
+    return f"{stem}-00001-of-{parts:05d}.gguf"

@@ -14,7 +14,7 @@ import struct
 import ml_dtypes
 import numpy as np
 import pytest
-from _gguf_source import llama_tensors, write_llama_gguf
+from _gguf_source import llama_tensors, split_gguf, write_llama_gguf
 
 from nbquant import gguf
 from nbquant.cli import main
@@ -261,3 +261,13 @@ def test_bad_metadata_one_line(tmp_path):
         src = write_llama_gguf(str(tmp_path / "m.gguf"), extra=[Field.u32(key, value)], **small)
         with pytest.raises(ConvertError, match=match):
             open_gguf(src, get_scheme("BF16"))
+
+
+def test_split_model_reads_as_one(tmp_path):
+    src = write_llama_gguf(str(tmp_path / "m.gguf"), hidden=128, intermediate=256, layers=2, vocab=32,
+                           types={"attn_q.weight": "Q8_0"})
+    first = split_gguf(src, 3, str(tmp_path / "s"))
+    convert(src, str(tmp_path / "whole"), "BF16", progress=False)
+    convert(first, str(tmp_path / "split"), "BF16", progress=False)
+    assert (tmp_path / "whole" / "model.safetensors").read_bytes() == (tmp_path / "split" / "model.safetensors"
+                                                                       ).read_bytes()
