@@ -271,3 +271,25 @@ def test_split_model_reads_as_one(tmp_path):
     convert(first, str(tmp_path / "split"), "BF16", progress=False)
     assert (tmp_path / "whole" / "model.safetensors").read_bytes() == (tmp_path / "split" / "model.safetensors"
                                                                        ).read_bytes()
+
+
+def test_interrupted_run_resumes(tmp_path, monkeypatch):
+    from nbquant.convert.sources import gguf as source
+
+    src = write_llama_gguf(str(tmp_path / "m.gguf"), hidden=128, intermediate=256, layers=2, vocab=32)
+    monkeypatch.setattr(source, "SHARD_BYTES", 200_000)  # several shards
+    convert(src, str(tmp_path / "clean"), "BF16", progress=False)
+
+    def stop(line):
+        if line.startswith("wrote model-00003"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        convert(src, str(tmp_path / "o"), "BF16", progress=False, log=stop)
+    finished = [f for f in os.listdir(tmp_path / "o") if f.endswith(".safetensors")]
+    assert not [f for f in os.listdir(tmp_path / "o") if f.endswith(".partial")]
+    r = convert(src, str(tmp_path / "o"), "BF16", progress=False)
+    assert sorted(r.resumed_shards) == sorted(finished) and len(r.shards) == 4
+    assert sorted(os.listdir(tmp_path / "o")) == sorted(os.listdir(tmp_path / "clean"))
+    for f in os.listdir(tmp_path / "clean"):
+        assert (tmp_path / "o" / f).read_bytes() == (tmp_path / "clean" / f).read_bytes(), f
