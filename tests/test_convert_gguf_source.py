@@ -140,8 +140,8 @@ def test_tied_embeddings_and_notes(tmp_path):
     assert "lm_head.weight" not in _tensors(tmp_path / "out")
     assert r.notes == ["llama.rope.scaling.type is not mapped by transformers and left out of config.json",
                        "llama.rope.scaling.factor is not mapped by transformers and left out of config.json",
-                       "tensor rope_freqs.weight left out: llama 3 rope frequency factors (transformers computes "
-                       "them from the config)"]
+                       "tensor rope_freqs.weight left out: llama 3's rope frequency factors, which transformers' "
+                       "model has no place for (it reads no rope scaling from a GGUF file)"]
 
 
 def test_qwen3_head_size(tmp_path):

@@ -82,7 +82,8 @@ _QK_NORMS = {"attn_q_norm.weight": ("self_attn.q_norm.weight", True),
 #: The head size of a qwen3 file without ``qwen3.attention.key_length`` (transformers' ``Qwen3Config`` default).
 _QWEN3_HEAD_DIM = 128
 #: Tensors transformers' model has no place for, left out with a note.
-_DROPPED = {"rope_freqs.weight": "llama 3 rope frequency factors (transformers computes them from the config)"}
+_DROPPED = {"rope_freqs.weight": "llama 3's rope frequency factors, which transformers' model has no place for "
+                                  "(it reads no rope scaling from a GGUF file)"}
 _BLOCK = re.compile(r"blk\.(\d+)\.(.+)")
 #: The config keys a GGUF model must state (positive).
 _REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
