@@ -191,7 +191,8 @@ def _add_convert_parser(sub) -> None:
                     "F16 or F32 writes a plain checkpoint, any other scheme re-quantizes, exactly where the scheme "
                     "holds the source's codes and scales.",
     )
-    convert.add_argument("src", metavar="SRC", help="folder with config.json and *.safetensors shards")
+    convert.add_argument("src", metavar="SRC", help="folder with config.json and *.safetensors shards, or a .gguf "
+                                                    "file (to a folder with --scheme BF16, W4A16 ...)")
     convert.add_argument("dst", metavar="DST", help="output folder (created; must be empty unless --overwrite)")
     convert.add_argument("--scheme", required=True, metavar="NAME",
                          help="compressed-tensors preset: W4A16, W4A16_ASYM, W8A16, W2A16, W8A8, FP8_DYNAMIC, "
@@ -303,13 +304,24 @@ _GGUF_OPTIONS = {"imatrix": "--imatrix", "pure": "--pure", "output_tensor_type":
                  "keep_split": "--keep-split"}
 
 
+def _to_folder(args: argparse.Namespace) -> bool:
+    """Whether a SRC ending in .gguf is written as a Hugging Face folder: DST not a .gguf and a convert() scheme."""
+    from nbquant.convert import ConvertError, get_scheme
+
+    try:
+        get_scheme(args.scheme)
+    except ConvertError:
+        return False
+    return not args.dst.lower().endswith(".gguf")
+
+
 def _run_convert(args: argparse.Namespace) -> int:
-    if args.src.lower().endswith(".gguf"):
+    if args.src.lower().endswith(".gguf") and not _to_folder(args):
         return _run_gguf(args)
     given = [flag for dest, flag in _GGUF_OPTIONS.items() if getattr(args, dest) not in (None, False)]
     if given:
-        print(f"nbquant convert: error: {given[0]} applies to GGUF sources (SRC ending in .gguf), not to "
-              f"{args.src!r}", file=sys.stderr)
+        print(f"nbquant convert: error: {given[0]} applies to GGUF sources written as GGUF (SRC and DST ending in "
+              f".gguf, a GGUF scheme such as Q4_K_M), not to {args.src!r} -> {args.dst!r}", file=sys.stderr)
         return 1
     from nbquant.convert import ConvertError, convert
     from nbquant.convert.arguments import ArgumentError

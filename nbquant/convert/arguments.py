@@ -95,10 +95,12 @@ def check_ignore(ignore: str | Iterable[str]) -> list[str]:
 
 
 def _check_src(src: str) -> None:
+    if src.lower().endswith(".gguf") and os.path.isfile(src):  # a GGUF file (nbquant.convert.sources.gguf)
+        return
     if not os.path.isdir(src):
         what = "no such directory" if not os.path.exists(src) else "not a directory"
         raise ArgumentError("src", f"src {src}: {what}; pass the folder that holds config.json and the "
-                                   "*.safetensors shards")
+                                   "*.safetensors shards, or a .gguf file")
 
 
 def _check_report(report: str, dst: str) -> None:

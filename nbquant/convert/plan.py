@@ -81,6 +81,8 @@ class Checkpoint:
         Relative paths of the files copied as they are (tokenizer, generation config ...).
     config : dict
         ``config.json``.
+    notes : list[str]
+        What reading the source left out (a GGUF source: :mod:`nbquant.convert.sources.gguf`), for the report.
     """
 
     root: str
@@ -89,6 +91,7 @@ class Checkpoint:
     index_name: str
     other_files: list[str] = field(default_factory=list)
     config: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def total_bytes(self) -> int:

@@ -34,6 +34,7 @@ from .report import Progress, Report, TensorReport, sqnr_db
 from .safetensors import BITS, ConvertError, SafetensorsFile, ShardWriter, layout, sync_dir
 from .schemes import Scheme, quantization_config
 from .sources import Decoded, DecodedFile, codec_of, dense_kept, encode, encoding, first_decoded, open_source
+from .sources.gguf import is_gguf, open_gguf
 
 __all__ = ["convert", "Job", "STAMP", "CHECK_ELEMENTS"]
 
@@ -299,7 +300,8 @@ def convert(
     Parameters
     ----------
     src : path
-        A folder with ``config.json`` and ``*.safetensors`` shards (with or without an index).
+        A folder with ``config.json`` and ``*.safetensors`` shards (with or without an index), or a GGUF
+        file (``*.gguf``: its tensors decoded, :mod:`nbquant.convert.sources.gguf`).
     dst : path
         The output folder: the shards, ``model.safetensors.index.json`` (or the source's index
         name), ``config.json`` with its ``quantization_config``, and every other file of ``src``.
@@ -386,8 +388,11 @@ def convert(
         scheduler=scheduler)  # all of them, before anything is read
     job = Job(src, dst, preset, str(scheme), ignore, default_ignore, check, full_check, overwrite, progress,
               log or (lambda line: None), scheduler, workers)
-    ckpt = open_checkpoint(os.path.abspath(src) if scheduler else src, quantized=True)  # the workers' cwd is not ours
-    ckpt = open_source(ckpt, preset)  # a quantized source: its quantized modules become decoded weights
+    where = os.path.abspath(src) if scheduler else src  # the workers' cwd is not ours
+    if is_gguf(src):  # a GGUF file: every tensor decoded, under its transformers name
+        ckpt = open_gguf(where, preset)
+    else:  # a quantized source: its quantized modules become decoded weights
+        ckpt = open_source(open_checkpoint(where, quantized=True), preset)
     check_destination(dst, ckpt.roots)
     plans, sel = _plan(ckpt, job.codec, job.ignore, job.default_ignore)
     dtypes = {plan.entry(i).numpy_dtype for plan in plans.values() for i in plan.items if i.name in plan.quantized}
@@ -421,7 +426,7 @@ def _run(job: Job, ckpt: Checkpoint, plans: dict[str, ShardPlan], sel: Selection
     say(f"copied {len(ckpt.other_files)} file(s)")
     all_items = [(plan, item) for plan in plans.values() for item in plan.items]
     rep.skipped = [{"name": i.name, "reason": sel.kept[i.name]} for p, i in all_items if i.name not in p.quantized]
-    rep.notes = list(sel.notes)
+    rep.notes = ckpt.notes + list(sel.notes)
     bar = Progress(len(all_items), sum(plan.nbytes(item) for plan, item in all_items), enabled=job.progress)
     weight_map: dict[str, str] = {}
     todo = {}

@@ -9,6 +9,7 @@
 * :mod:`.modelopt`: modelopt's NVFP4 and FP8 exports (``hf_quant_config.json``).
 * :mod:`.gptoss`: gpt-oss' MXFP4 experts (``quant_method: "mxfp4"``), to BF16/F16/F32 only.
 * :mod:`.dense`: the ``BF16`` / ``F16`` / ``F32`` targets (a plain Hugging Face checkpoint).
+* :mod:`.gguf`: a GGUF file (llama, qwen2, qwen3), every tensor decoded under its transformers name.
 
 See docs/convert.md, "Quantized checkpoints in".
 
@@ -53,7 +54,7 @@ def encode(x: object, codec: Codec) -> dict[str, np.ndarray] | None:
     >>> encode(np.ones((2, 128), np.float32), codec_for(get_scheme("W4A16"))) is None
     True
     """
-    if not isinstance(x, Decoded) or codec.format == "dense":
+    if not isinstance(x, Decoded) or codec.format == "dense" or x.fmt is None:  # None: a GGUF tensor
         return None
     return reencode(x.fmt, x.tensors, x.shape, codec, x.dtype)
 
