@@ -71,8 +71,6 @@ PENDING: dict[str, tuple[str, ...]] = {
     "no-private-imports": (
     ),
     "oracle-not-in-production": (
-        # GGUF's formats dispatch by backend name until they register on nbquant.blocks (block_kernel).
-        "nbquant.gguf -> nbquant.backends.reference.gguf_rows",
         "nbquant.backends.cpu.dynamic -> nbquant.backends.reference",
         "nbquant.backends.cuda.dynamic -> nbquant.backends.reference",
     ),

@@ -20,31 +20,24 @@ True
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 
 from .formats import FORMATS, GGUFFormat, get_format, implemented_formats
 
 __all__ = ["quantize", "dequantize", "get_format", "implemented_formats", "GGUFFormat", "FORMATS", "BACKENDS"]
 
-#: The backends that run the GGUF kernels, and the modules holding each one's (32-value blocks, 256-value ones).
-BACKENDS = {"reference": ("nbquant.backends.reference.gguf_rows", "nbquant.backends.reference.gguf_rows"),
-            "cpu": ("nbquant.backends.cpu.gguf", "nbquant.backends.cpu.gguf"),
-            "cuda": ("nbquant.backends.cuda.gguf", "nbquant.backends.cuda.gguf")}
+#: The backends that run the GGUF kernels (registered on :mod:`nbquant.blocks` as ``gguf_<name>`` block formats).
+BACKENDS = ("reference", "cpu", "cuda")
 _FLOATS = (np.float16, np.float32, np.float64)
 
 
-def _check_backend(backend: str) -> None:
+def _backend(backend: str):
+    """The backend object named ``backend`` (one of :data:`BACKENDS`), else a ValueError showing the value."""
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
+    from ..backends import resolve_backend  # not at import: nbquant.blocks registers this package's formats
 
-
-def _kernels(backend: str, fmt: GGUFFormat, operation: str):
-    """The backend's ``legacy_*`` or ``kquant_*`` function for ``operation`` (imported on first use)."""
-    kquant = fmt.block_size == 256
-    module = importlib.import_module(BACKENDS[backend][kquant])
-    return getattr(module, f"{'kquant' if kquant else 'legacy'}_{operation}")
+    return resolve_backend(backend)
 
 
 def _implemented(qtype) -> GGUFFormat:
@@ -91,19 +84,15 @@ def quantize(x: np.ndarray, qtype, *, imatrix: np.ndarray | None = None, backend
     if x.ndim < 1 or x.shape[-1] % fmt.block_size:
         raise ValueError(f"x's last axis ({x.shape[-1] if x.ndim else 'none'}) must be a multiple of "
                          f"{fmt.name}'s block size {fmt.block_size}")
+    from ..blocks.gguf import GGUFParams, check_imatrix, gguf_block_format
+
     n = x.shape[-1]
-    weights = None
-    if imatrix is not None:
-        if not isinstance(imatrix, np.ndarray) or imatrix.dtype not in _FLOATS:
-            raise TypeError(f"imatrix must be a float numpy.ndarray, got {type(imatrix).__name__}")
-        if imatrix.shape != (n,):
-            raise ValueError(f"imatrix must have shape ({n},) (one weight per column), got {imatrix.shape}")
-        weights = np.ascontiguousarray(imatrix, np.float32)
-        if not np.isfinite(weights).all() or (weights < 0).any():
-            raise ValueError("imatrix must hold finite, non-negative weights")
-    _check_backend(backend)
+    weights = check_imatrix(imatrix, n)
+    impl = _backend(backend)
     rows = np.ascontiguousarray(x.reshape(-1, n), np.float32)
-    out = _kernels(backend, fmt, "quantize")(fmt.type_id, rows, weights, fmt.type_size)
+    out = np.empty((rows.shape[0], fmt.row_bytes(n)), np.uint8)
+    if out.size:
+        impl.block_quantize(rows, gguf_block_format(fmt).spec(params=GGUFParams(weights)), (out,))
     return out.reshape(*x.shape[:-1], fmt.row_bytes(n))
 
 
@@ -138,7 +127,11 @@ def dequantize(data: np.ndarray, qtype, *, backend: str = "cpu") -> np.ndarray:
     if data.ndim < 1 or data.shape[-1] % fmt.type_size:
         raise ValueError(f"data's last axis ({data.shape[-1] if data.ndim else 'none'}) must be a multiple of "
                          f"{fmt.name}'s record size {fmt.type_size}")
-    _check_backend(backend)
+    from ..blocks.gguf import gguf_block_format
+
+    impl = _backend(backend)
     rows = np.ascontiguousarray(data.reshape(-1, data.shape[-1]).view(np.uint8))
-    out = _kernels(backend, fmt, "dequantize")(fmt.type_id, rows, fmt.type_size)
-    return out.reshape(*data.shape[:-1], data.shape[-1] // fmt.type_size * fmt.block_size)
+    out = np.empty((rows.shape[0], rows.shape[1] // fmt.type_size * fmt.block_size), np.float32)
+    if out.size:
+        impl.block_dequantize((rows,), gguf_block_format(fmt).spec(), out)
+    return out.reshape(*data.shape[:-1], out.shape[1])

@@ -34,8 +34,7 @@ from . import runtime
 from ._loops import thread_start
 from .runtime import B1, array_type, cuda_kernel
 
-__all__ = ["gguf_sigma2_kernel", "QUANTIZE_KERNELS", "DEQUANTIZE_KERNELS", "legacy_quantize", "legacy_dequantize",
-           "kquant_quantize", "kquant_dequantize"]
+__all__ = ["gguf_sigma2_kernel", "QUANTIZE_KERNELS", "DEQUANTIZE_KERNELS", "quantize_rows", "dequantize_rows"]
 
 _F2, _F1, _U2 = array_type(np.float32, 2), array_type(np.float32, 1), array_type(np.uint8, 2)
 
@@ -181,51 +180,32 @@ QUANTIZE_KERNELS = {kind: pair[0] for kind, pair in _KERNELS.items()}
 DEQUANTIZE_KERNELS = {kind: pair[1] for kind, pair in _KERNELS.items()}
 
 
-def _quantize(block: int, kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int,
-              with_sigma2: bool) -> np.ndarray:
+def quantize_rows(kind: int, x, imatrix: np.ndarray | None, out) -> None:
+    """Fill ``out`` (rows, row bytes) uint8 with format ``kind``'s records of ``x`` (rows, n) float32 C-contiguous,
+    on the GPU; ``imatrix`` (n,) float32 or None. Host or device arrays; a host ``out`` is copied back."""
+    fmt = get_format(kind)
     stream = runtime.current_stream()
     rows, n = x.shape
-    out = np.empty((rows, n // block * type_size), np.uint8)
+    # The 32-value formats weigh a block with its row's mean square; the others take no sigma2 (one unused value).
+    with_sigma2 = fmt.block_size == 32
     d_x = runtime.to_device(x, stream)
     d_qw = runtime.to_device(np.zeros(1, np.float32) if imatrix is None else imatrix, stream)
-    # The 32-value formats weigh a block with its row's mean square; the others take no sigma2 (one unused value).
     d_sigma2 = runtime.result_on_device(np.zeros(max(rows, 1) if with_sigma2 else 1, np.float32), stream)
     if with_sigma2 and imatrix is not None:
         grid, threads = runtime.grid_for_rows(1, rows)
         gguf_sigma2_kernel.launch(grid, threads, stream, (d_x, d_sigma2))
     d_out = runtime.result_on_device(out, stream)
-    grid, threads = runtime.grid_for_rows(rows, n // block)
+    grid, threads = runtime.grid_for_rows(rows, n // fmt.block_size)
     QUANTIZE_KERNELS[kind].launch(grid, threads, stream, (d_x, d_qw, imatrix is not None, d_sigma2, d_out))
     runtime.copy_back([(out, d_out)], stream)
-    return out
 
 
-def _dequantize(block: int, kind: int, data: np.ndarray, type_size: int) -> np.ndarray:
+def dequantize_rows(kind: int, data, out) -> None:
+    """Fill ``out`` (rows, n) float32 with the decoded records ``data`` (rows, row bytes) uint8 of format ``kind``,
+    on the GPU. Host or device arrays; a host ``out`` is copied back."""
     stream = runtime.current_stream()
-    out = np.empty((data.shape[0], data.shape[1] // type_size * block), np.float32)
     d_data = runtime.to_device(data, stream)
     d_out = runtime.result_on_device(out, stream)
-    grid, threads = runtime.grid_for_rows(out.shape[0], out.shape[1] // block)
+    grid, threads = runtime.grid_for_rows(out.shape[0], out.shape[1] // get_format(kind).block_size)
     DEQUANTIZE_KERNELS[kind].launch(grid, threads, stream, (d_data, d_out))
     runtime.copy_back([(out, d_out)], stream)
-    return out
-
-
-def legacy_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
-    """Records of ``x`` (rows, n) float32 (host, C-contiguous) computed on the GPU; ``imatrix`` (n,) or None."""
-    return _quantize(32, kind, x, imatrix, type_size, True)
-
-
-def legacy_dequantize(kind: int, data: np.ndarray, type_size: int) -> np.ndarray:
-    """float32 (rows, n) of the records ``data`` (rows, row bytes), decoded on the GPU."""
-    return _dequantize(32, kind, data, type_size)
-
-
-def kquant_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
-    """K-quant records of ``x`` (rows, n) float32 (host, C-contiguous) computed on the GPU."""
-    return _quantize(256, kind, x, imatrix, type_size, False)
-
-
-def kquant_dequantize(kind: int, data: np.ndarray, type_size: int) -> np.ndarray:
-    """float32 (rows, n) of the K-quant records ``data`` (rows, row bytes), decoded on the GPU."""
-    return _dequantize(256, kind, data, type_size)
