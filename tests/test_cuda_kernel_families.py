@@ -317,6 +317,16 @@ def test_choose_qparams_and_quantize_dynamic(backend, layout, fmt, packed, x_dty
     _same(_both(backend, nbquant.choose_qparams, x, fmt, mapping=mapping, **layout), got[1:])
 
 
+@pytest.mark.parametrize("mapping", ["symmetric", "asymmetric"])
+def test_more_than_three_unmergeable_block_dims(backend, mapping):
+    """Blocks (2, 2, 3, 5) of a (4, 6, 6, 10) input stay four dims after merging: a 3-D reduction per leading
+    index, folded, on every backend (the NumPy oracle never stands in)."""
+    assert len(nbquant.layout.canonical_dims((4, 6, 6, 10), (2, 2, 3, 5))) == 4
+    x = _dynamic_input((24, 60), seed=11, dtype=BF16).reshape(4, 6, 6, 10)  # NaN, inf, ties, a subnormal
+    got = _both(backend, nbquant.quantize_dynamic, x, "int8", mapping=mapping, block_size=(2, 2, 3, 5))
+    _same(_both(backend, nbquant.choose_qparams, x, "int8", mapping=mapping, block_size=(2, 2, 3, 5)), got[1:])
+
+
 # --- modelopt ops ----------------------------------------------------------------------------------
 
 

@@ -72,7 +72,6 @@ PENDING: dict[str, tuple[str, ...]] = {
     ),
     "oracle-not-in-production": (
         "nbquant.backends.cpu.dynamic -> nbquant.backends.reference",
-        "nbquant.backends.cuda.dynamic -> nbquant.backends.reference",
     ),
 }
 LINE_LIMITED_DIRS = ("nbquant", "benchmarks", "tools")

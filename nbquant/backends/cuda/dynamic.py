@@ -24,7 +24,7 @@ import numpy as np
 from numba import cuda, types
 
 from ...element import abs_bits, block_qparams, code_bits, pack_field, quantize_value, range_keys
-from ...layout import canonical_dims
+from ...layout import canonical_dims, canonical_views
 from . import runtime
 from ._loops import U0, U1, thread_start
 from .runtime import (
@@ -249,23 +249,29 @@ def _reduce_device(x, spec, stream):
         flat_reduce_kernel.launch(blocks, threads, stream, (flat, spec.use_minmax, lo, hi), flat.dtype)
         return lo, hi
     dims = canonical_dims(layout.shape, layout.block)
-    if len(dims) > 3:  # rare: more than three unmergeable block dims; reduce with the NumPy oracle
-        from ..reference import BACKEND as REFERENCE
-
-        host = x if not runtime.is_device_array(x) else runtime.to_host(x)
-        return tuple(runtime.to_device(np.ascontiguousarray(k, np.int64), stream)
-                     for k in REFERENCE.reduce_keys(host, spec))
+    if len(dims) > 3:  # rare: more than three unmergeable block dims: a 3-D reduction per leading index, folded
+        grid = tuple(-(-n // b) for n, b in dims)
+        lo = np.full(grid, KEY_HI)
+        hi = np.full(grid, KEY_LO if spec.use_minmax else _ZERO_KEY)
+        for (x3,), (lo3, hi3), blocks in canonical_views(layout, [xd], [lo, hi], [1]):
+            part_lo, part_hi = _reduce_3d(x3, blocks, spec.use_minmax, stream)
+            np.minimum(lo3, runtime.to_host(part_lo), out=lo3)
+            np.maximum(hi3, runtime.to_host(part_hi), out=hi3)
+        return runtime.to_device(lo.reshape(-1), stream), runtime.to_device(hi.reshape(-1), stream)
     dims = [(1, 1)] * (3 - len(dims)) + dims
-    x3 = xd.reshape(tuple(n for n, _ in dims))
-    grid = tuple(-(-n // b) for n, b in dims)
+    lo, hi = _reduce_3d(xd.reshape(tuple(n for n, _ in dims)), tuple(b for _, b in dims), spec.use_minmax, stream)
+    return lo.reshape(lo.size), hi.reshape(hi.size)
+
+
+def _reduce_3d(x3, blocks: tuple[int, int, int], use_minmax: bool, stream):
+    """Reduced keys ``(lo, hi)`` of the 3-D device view ``x3`` over its block grid (device arrays of the grid)."""
+    grid = tuple(-(-n // b) for n, b in zip(x3.shape, blocks, strict=True))
     lo = runtime.device_empty(grid, np.int64)
     hi = runtime.device_empty(grid, np.int64)
-    team = runtime.team_size(dims[2][1])
-    size = int(np.prod(grid))
-    blocks, threads = runtime.team_grid(size, team)
-    block_reduce_kernel.launch(blocks, threads, stream, (x3, spec.use_minmax, *(b for _, b in dims), team, lo, hi),
-                               x3.dtype)
-    return lo.reshape(size), hi.reshape(size)
+    team = runtime.team_size(blocks[2])
+    cells, threads = runtime.team_grid(int(np.prod(grid)), team)
+    block_reduce_kernel.launch(cells, threads, stream, (x3, use_minmax, *blocks, team, lo, hi), x3.dtype)
+    return lo, hi
 
 
 class DynamicOps:
