@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["legacy_quantize", "legacy_dequantize", "f16_bytes", "f16_values", "nearest_int", "qx_codes", "kx_codes",
-           "seq_sum"]
+__all__ = ["legacy_quantize", "legacy_dequantize", "f16_bytes", "f16_values", "nearest_int", "first_largest_magnitude",
+           "qx_codes", "kx_codes", "seq_sum"]
 
 _F = np.float32
 _FLT_MAX = _F(np.finfo(np.float32).max)
@@ -62,6 +62,20 @@ def _first_absmax(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     i = np.argmax(a, axis=1)
     amax = a[np.arange(x.shape[0]), i]
     return amax, np.where(amax > 0, x[np.arange(x.shape[0]), i], _F(0))
+
+
+def first_largest_magnitude(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``v``: the largest ``|v|`` above 0 (else 0) and the signed value holding it, the first on a tie.
+
+    ggml's ``if (fabsf(v) > amax) { amax = fabsf(v); max = v; }`` from 0, in order (NaN never wins).
+    """
+    amax = np.zeros(v.shape[0], _F)
+    top = np.zeros(v.shape[0], _F)
+    for j in range(v.shape[1]):
+        bigger = np.abs(v[:, j]) > amax
+        amax = np.where(bigger, np.abs(v[:, j]), amax)
+        top = np.where(bigger, v[:, j], top)
+    return amax, top
 
 
 def _weights(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gguf import f16_bytes, f16_values, nearest_int, seq_sum
+from .gguf import f16_bytes, f16_values, first_largest_magnitude, nearest_int, seq_sum
 
 __all__ = ["iq4_quantize", "iq4_dequantize", "KVALUES"]
 
@@ -87,12 +87,7 @@ def iq4_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size
 
 def _xs(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
     nsb = scales.shape[0]
-    amax = np.zeros(nsb, _F)
-    max_scale = np.zeros(nsb, _F)
-    for ib in range(8):
-        bigger = np.abs(scales[:, ib]) > amax
-        amax = np.where(bigger, np.abs(scales[:, ib]), amax)
-        max_scale = np.where(bigger, scales[:, ib], max_scale)
+    max_scale = first_largest_magnitude(scales)[1]
     d = -max_scale / _F(32)
     inv = np.where(d != 0, _F(1) / d, _F(0))
     sc = np.clip(nearest_int(inv[:, None] * scales), -32, 31)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gguf import f16_bytes, f16_values, kx_codes, nearest_int, qx_codes, seq_sum
+from .gguf import f16_bytes, f16_values, first_largest_magnitude, kx_codes, nearest_int, qx_codes, seq_sum
 
 __all__ = ["kquant_quantize", "kquant_dequantize", "qp_codes", "super_block_rows"]
 
@@ -126,12 +126,7 @@ def _q6k(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
         w = sub * sub if qw is None else qw.reshape(-1, 16)
     scales, search = qx_codes(sub, w, 32)
     scales = scales.reshape(nsb, 16)
-    max_abs = np.zeros(nsb, _F)
-    max_scale = np.zeros(nsb, _F)
-    for j in range(16):
-        bigger = np.abs(scales[:, j]) > max_abs
-        max_abs = np.where(bigger, np.abs(scales[:, j]), max_abs)
-        max_scale = np.where(bigger, scales[:, j], max_scale)
+    max_abs, max_scale = first_largest_magnitude(scales)
     zero = max_abs < _EPS
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         iscale = _F(-128) / max_scale

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gguf import f16_bytes, f16_values, nearest_int, qx_codes, seq_sum
+from .gguf import f16_bytes, f16_values, first_largest_magnitude, nearest_int, qx_codes, seq_sum
 from .gguf_kquants import super_block_rows
 
 __all__ = ["q3k_quantize", "q3k_dequantize"]
@@ -67,12 +67,7 @@ def _blocks(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     if qw is None:
         scales, search = _q3_quants(sub)
         scales = scales.reshape(nsb, 16)
-        amax = np.zeros(nsb, _F)
-        max_scale = np.zeros(nsb, _F)
-        for j in range(16):
-            bigger = np.abs(scales[:, j]) > amax
-            amax = np.where(bigger, np.abs(scales[:, j]), amax)
-            max_scale = np.where(bigger, scales[:, j], max_scale)
+        max_scale = first_largest_magnitude(scales)[1]
         iscale = _F(-32) / max_scale
         lv = ((nearest_int(iscale[:, None] * scales) + 128) & 255) - 128
         lv = np.clip(lv, -32, 31) + 32
