@@ -22,6 +22,7 @@ import math
 import os
 import struct
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -90,23 +91,48 @@ def _decode(codes: np.ndarray, target: str) -> np.ndarray:
 
 
 class _Writer:
-    """Writes tensors after the head, padding each to the alignment; tracks the SQNR of the sampled rows."""
+    """Writes tensors after the head, padding each to the alignment; tracks the SQNR of the sampled rows.
+
+    Each write runs on a writer thread while the next slab is converted (at most one write in flight, so memory
+    stays one slab ahead); :meth:`close` waits for the last one.
+    """
 
     def __init__(self, f, alignment: int, check: bool) -> None:
         self.f, self.alignment, self.check = f, alignment, check
         self.buffer = np.empty(0, np.float32)
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="nbquant-gguf-writer")
+        self._pending: Future | None = None
+
+    def write(self, data) -> None:
+        """Write ``data`` after everything written before, on the writer thread (``data`` must stay unchanged)."""
+        self.drain()
+        self._pending = self._thread.submit(self.f.write, data)
+
+    def drain(self) -> None:
+        """Wait for the write in flight (its error raised here)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        """Wait for the last write and stop the writer thread."""
+        try:
+            self.drain()
+        finally:
+            self._thread.shutdown()
 
     def tensor(self, g, info: TensorInfo, target: str, imatrix: np.ndarray | None) -> tuple[float, int]:
         raw = g.tensor_bytes(info.name)
         source = type_name(info.type_id)
         if target == source:
-            self.f.write(raw)
+            self.write(raw)
+            self.drain()  # the source's mapping is released below
             written = len(raw)
         else:
             written, signal, noise = self._convert(raw, info, source, target, imatrix)
         del raw
         g.release(info.name)
-        self.f.write(bytes(-written % self.alignment))
+        self.write(bytes(-written % self.alignment))
         return (sqnr_db(signal, noise) if target != source and self.check else math.nan), written
 
     def _convert(self, raw, info: TensorInfo, source: str, target: str, imatrix):
@@ -128,7 +154,9 @@ class _Writer:
                 x = _to_float32(raw[(first + start) * src_row:(first + stop) * src_row], source,
                                 self.buffer).reshape(-1, ne0)
                 codes = _encode(x, target, weights)
-                self.f.write(codes.data)
+                self.write(codes.data)
+                if np.may_share_memory(codes, self.buffer):  # an F32 target is a view of the slab buffer
+                    self.drain()
                 written += codes.nbytes
                 pick = np.arange(-(first + start) % step, stop - start, step) if step else ()
                 if len(pick):
@@ -376,9 +404,13 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
                     with _open_partial(tmp) as f:
                         f.write(head)
                         writer = _Writer(f, g.alignment, check)
-                        for c in part:
-                            report.tensors.append(_write_tensor(writer, g, c, names[c.name], weights.get(c.name)))
-                            bar.update(g.tensors[names[c.name]].nbytes)
+                        try:
+                            for c in part:
+                                report.tensors.append(_write_tensor(writer, g, c, names[c.name],
+                                                                    weights.get(c.name)))
+                                bar.update(g.tensors[names[c.name]].nbytes)
+                        finally:
+                            writer.close()
                         f.flush()
                         os.fsync(f.fileno())
             for tmp, path in zip(tmps, paths, strict=True):
