@@ -13,15 +13,14 @@ bytes 0-7, high pairs in 8-11), ``d``.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
 from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16, sum_squares
-from .gguf_search import W_DIRECT, W_SIGMA, qx_code, qx_search
+from .gguf_search import W_DIRECT, W_SIGMA, nearest_clamped, qx_code, qx_search, search_weight
 
-__all__ = ["Q3_K", "Q3K_SCRATCH", "q3k_quantize_block", "q3k_dequantize_block"]
+__all__ = ["Q3_K", "Q3K_SCRATCH", "q3_level", "q3_add", "q3_refine", "q3k_quantize_block", "q3k_sigma2", "q3k_record",
+           "q3k_dequantize_block"]
 
 #: ggml type id.
 Q3_K = 11
@@ -33,6 +32,41 @@ _EPS = np.float32(1e-15)
 @element_function
 def _clamp(v, lo, hi):
     return max(np.int64(lo), min(np.int64(hi), v))
+
+
+@element_function
+def q3_level(v, iscale):
+    """``make_q3_quants``' first code of ``v`` (float32): ``clamp(nearest_int(iscale * v), -4, 3)``."""
+    return nearest_clamped(mul_f32(iscale, np.float32(v)), -4, 3)
+
+
+@element_function
+def q3_add(sumlx, suml2, v, fl):
+    """``make_q3_quants``' sums with the value ``v`` at code ``fl`` added (weight ``v * v``)."""
+    v = np.float32(v)
+    w = mul_f32(v, v)
+    return np.float32(sumlx) + mul_f32(mul_f32(w, v), fl), np.float32(suml2) + mul_f32(mul_f32(w, fl), fl)
+
+
+@element_function
+def q3_refine(v, fl, sumlx, suml2):
+    """One value's step of ``make_q3_quants``' refinement: ``(code, sumlx, suml2, changed)``.
+
+    The value's code moves to ``nearest_int(v * sl2 / slx)`` (clamped) where that raises
+    ``sumlx**2 / suml2``; written as selects, so that a loop over many searches vectorizes.
+    """
+    v = np.float32(v)
+    fl = np.float32(fl)
+    w = mul_f32(v, v)
+    slx = np.float32(sumlx) - mul_f32(mul_f32(w, v), fl)
+    sl2 = np.float32(suml2) - mul_f32(mul_f32(w, fl), fl)
+    new = nearest_clamped(mul_f32(v, sl2) / slx, -4, 3)
+    slx_new = slx + mul_f32(mul_f32(w, v), new)
+    sl2_new = sl2 + mul_f32(mul_f32(w, new), new)
+    take = (slx > 0) & (new != fl) & (sl2_new > 0) & (
+        mul_f32(mul_f32(slx_new, slx_new), suml2) > mul_f32(mul_f32(sumlx, sumlx), sl2_new))
+    return (new if take else fl), (slx_new if take else np.float32(sumlx)), (sl2_new if take else np.float32(suml2)), \
+        take
 
 
 @element_function
@@ -53,30 +87,16 @@ def _q3_quants(x, c, fs, co):
     sumlx = np.float32(0.0)
     suml2 = np.float32(0.0)
     for i in range(16):
-        v = np.float32(x[c + i])
-        fl = np.float32(_clamp(nearest_int(mul_f32(iscale, v)), -4, 3))
+        fl = q3_level(x[c + i], iscale)
         fs[co + i] = fl
-        w = mul_f32(v, v)
-        sumlx = sumlx + mul_f32(mul_f32(w, v), fl)
-        suml2 = suml2 + mul_f32(mul_f32(w, fl), fl)
+        sumlx, suml2 = q3_add(sumlx, suml2, x[c + i], fl)
     for _ in range(5):
         changed = 0
         for i in range(16):
-            v = np.float32(x[c + i])
-            w = mul_f32(v, v)
-            fl = np.float32(fs[co + i])
-            slx = sumlx - mul_f32(mul_f32(w, v), fl)
-            if slx > 0:
-                sl2 = suml2 - mul_f32(mul_f32(w, fl), fl)
-                new = np.float32(_clamp(nearest_int(mul_f32(v, sl2) / slx), -4, 3))
-                if new != fl:
-                    slx = slx + mul_f32(mul_f32(w, v), new)
-                    sl2 = sl2 + mul_f32(mul_f32(w, new), new)
-                    if sl2 > 0 and mul_f32(mul_f32(slx, slx), suml2) > mul_f32(mul_f32(sumlx, sumlx), sl2):
-                        fs[co + i] = new
-                        sumlx = slx
-                        suml2 = sl2
-                        changed += 1
+            fl, sumlx, suml2, take = q3_refine(x[c + i], fs[co + i], sumlx, suml2)
+            fs[co + i] = fl
+            if take:
+                changed += 1
         if changed == 0:
             break
     for i in range(16):
@@ -105,20 +125,36 @@ def _get_scale(rec, so, j):
 @element_function
 def q3k_quantize_block(x, c, rec, o, qw, use_qw, fs):
     """Q3_K: the 256 floats ``x[c:c + 256]`` into the 110-byte record at ``rec[o:]`` (``qw`` read at ``c + i``)."""
-    so = o + 96
-    for k in range(12):
-        rec[so + k] = np.uint8(0)
     if use_qw:
-        sigma2 = mul_f32(np.float32(2.0), sum_squares(x, c, 256)) / np.float32(256.0)
+        sigma2 = q3k_sigma2(x, c)
         for j in range(16):
             sw = np.float32(0.0)
             for i in range(16):
-                v = np.float32(x[c + 16 * j + i])
-                sw = sw + mul_f32(np.float32(qw[c + 16 * j + i]), np.float32(math.sqrt(sigma2 + mul_f32(v, v))))
+                sw = sw + search_weight(x, qw, c + 16 * j, i, sigma2, W_SIGMA)
             fs[16 + j] = sw
             scale, iscale = qx_search(x, qw, c + 16 * j, 16, sigma2, W_SIGMA, np.int64(4))
             fs[j] = scale
             fs[32 + j] = iscale
+    else:
+        for j in range(16):
+            fs[j] = _q3_quants(x, c + 16 * j, fs, 48 + 16 * j)
+    q3k_record(x, c, rec, o, use_qw, fs)
+
+
+@element_function
+def q3k_sigma2(x, c):
+    """``quantize_row_q3_K_impl``'s ``sigma2`` of the super-block at ``x[c:]``: ``2 * sum(x**2) / 256``."""
+    return mul_f32(np.float32(2.0), sum_squares(x, c, 256)) / np.float32(256.0)
+
+
+@element_function
+def q3k_record(x, c, rec, o, use_qw, fs):
+    """The Q3_K record of ``x[c:c + 256]`` at ``rec[o:]`` from its sub-block searches: scales ``fs[0:16]``; with an
+    importance matrix summed weights ``fs[16:32]`` and code iscales ``fs[32:48]``, without one codes ``fs[48:304]``."""
+    so = o + 96
+    for k in range(12):
+        rec[so + k] = np.uint8(0)
+    if use_qw:
         d_block, biscale = qx_search(fs, fs[16:32], 0, 16, np.float32(0.0), W_DIRECT, np.int64(32))
         for j in range(16):
             _put_scale(rec, so, j, qx_code(fs, 0, j, np.int64(32), biscale))
@@ -127,8 +163,7 @@ def q3k_quantize_block(x, c, rec, o, qw, use_qw, fs):
         max_scale = np.float32(0.0)
         amax = np.float32(0.0)
         for j in range(16):
-            s = _q3_quants(x, c + 16 * j, fs, 48 + 16 * j)
-            fs[j] = s
+            s = fs[j]
             if abs(s) > amax:
                 amax = abs(s)
                 max_scale = s
