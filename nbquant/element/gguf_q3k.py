@@ -17,15 +17,16 @@ import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
 from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16, sum_squares
-from .gguf_search import W_DIRECT, W_SIGMA, nearest_clamped, qx_code, qx_search, search_weight
+from .gguf_search import W_DIRECT, W_SIGMA, nearest_clamped, qx_code, qx_level, qx_search, search_weight
 
 __all__ = ["Q3_K", "Q3K_SCRATCH", "q3_level", "q3_add", "q3_refine", "q3k_quantize_block", "q3k_sigma2", "q3k_record",
            "q3k_dequantize_block"]
 
 #: ggml type id.
 Q3_K = 11
-#: Scratch floats: scales [0:16], summed weights [16:32], code iscales [32:48], codes [48:304].
-Q3K_SCRATCH = 304
+#: Scratch floats: scales [0:16], summed weights [16:32], code iscales [32:48], codes [48:304], stored scales
+#: [304:320].
+Q3K_SCRATCH = 320
 _EPS = np.float32(1e-15)
 
 
@@ -177,22 +178,48 @@ def q3k_record(x, c, rec, o, use_qw, fs):
         else:
             put_u16(rec, o + 108, ggml_f16(np.float32(0.0)))
     dq = load_f32(np.uint16(get_u16(rec, o + 108)))
-    for k in range(96):
-        rec[o + k] = np.uint8(0)
-    for i in range(256):
-        j = i // 16
-        d = mul_f32(dq, np.float32(_get_scale(rec, so, j)))
-        if d != 0:
-            q = _clamp(nearest_int(np.float32(x[c + i]) / d), -4, 3) + 4
-        elif use_qw:
-            q = qx_code(x, c + 16 * j, i - 16 * j, np.int64(4), fs[32 + j])
-        else:
-            q = np.int64(fs[48 + i])
-        if q > 3:
-            rec[o + (i & 31)] = np.uint8(np.int64(rec[o + (i & 31)]) | (np.int64(1) << (i // 32)))
-            q -= 4
-        k = 32 + 32 * (i // 128) + (i & 31)
-        rec[o + k] = np.uint8(np.int64(rec[o + k]) | (q << (2 * ((i // 32) & 3))))
+    for j in range(16):  # the stored scales, then each value's code from its sub-block's (fs[304:320])
+        fs[304 + j] = mul_f32(dq, np.float32(_get_scale(rec, so, j)))
+    for h in range(2):
+        for half in range(2):  # value i = 128 * h + 32 * t + 16 * half + kk is in sub-block 8 * h + 2 * t + half
+            j = 8 * h + half
+            for kk in range(16):
+                k = 16 * half + kk
+                i = 128 * h + k
+                q0 = _q3k_level(x[c + i], use_qw, fs, j, i)
+                q1 = _q3k_level(x[c + i + 32], use_qw, fs, j + 2, i + 32)
+                q2 = _q3k_level(x[c + i + 64], use_qw, fs, j + 4, i + 64)
+                q3 = _q3k_level(x[c + i + 96], use_qw, fs, j + 6, i + 96)
+                _q3k_pack(rec, o, h, k, q0, q1, q2, q3)
+
+
+@element_function
+def _q3k_level(v, use_qw, fs, j, i):
+    """The code (0..7, float32) of value ``i`` (``v``) of sub-block ``j`` under its stored scale ``fs[304 + j]`` (where
+    that is 0: the search's code, ``fs[48 + i]`` or :func:`~nbquant.element.gguf_search.qx_level` of ``fs[32 + j]``)."""
+    d = np.float32(fs[304 + j])
+    stored = nearest_clamped(np.float32(v) / d, -4, 3) + np.float32(4.0)
+    searched = qx_level(v, np.int64(4), fs[32 + j]) if use_qw else np.float32(fs[48 + i])
+    return searched if d == 0 else stored
+
+
+@element_function
+def _q3k_pack(rec, o, h, k, q0, q1, q2, q3):
+    """Store the codes (0..7, float32) of values ``128 * h + 32 * t + k`` (``qt``): their two low bits in ``qs``, their
+    high bits in ``hmask`` (byte ``k``, bit ``4 * h + t``); sums of exact small floats, so that a loop vectorizes."""
+    four = np.float32(4.0)
+    h0 = np.float32(1.0) if q0 >= four else np.float32(0.0)
+    h1 = np.float32(1.0) if q1 >= four else np.float32(0.0)
+    h2 = np.float32(1.0) if q2 >= four else np.float32(0.0)
+    h3 = np.float32(1.0) if q3 >= four else np.float32(0.0)
+    low = ((q0 - four * h0) + np.float32(4.0) * (q1 - four * h1)) + (np.float32(16.0) * (q2 - four * h2)
+                                                                    + np.float32(64.0) * (q3 - four * h3))
+    high = (h0 + np.float32(2.0) * h1) + (np.float32(4.0) * h2 + np.float32(8.0) * h3)
+    rec[o + 32 + 32 * h + k] = np.uint8(np.int32(low))
+    if h == 0:
+        rec[o + k] = np.uint8(np.int32(high))
+    else:
+        rec[o + k] = np.uint8(np.int32(rec[o + k]) | (np.int32(high) << 4))
 
 
 @element_function

@@ -19,7 +19,7 @@ from numba.extending import intrinsic
 from .bits import element_function
 from .gguf_common import mul_f32, nearest_int
 
-__all__ = ["W_SQUARE", "W_SIGMA", "W_DIRECT", "W_AVX", "search_weight", "qx_search", "qx_code", "kx_search",
+__all__ = ["W_SQUARE", "W_SIGMA", "W_DIRECT", "W_AVX", "search_weight", "qx_search", "qx_level", "qx_code", "kx_search",
            "kx_code", "kx_level", "nearest_clamped", "kx_err_term", "kx_step_iscale", "kx_solve", "kx_search_lanes",
            "KX_SCALE", "KX_MIN", "KX_ISCALE", "KX_LOW", "KX_STATE_ROWS", "KX_ACC_ROWS", "qx_step_iscale", "qx_better",
            "qx_search_lanes", "QX_SCALE", "QX_ISCALE", "QX_STATE_ROWS",
@@ -122,11 +122,17 @@ def qx_search(x, qw, c, n, aux, wmode, nmax):
 
 
 @element_function
+def qx_level(v, nmax, iscale):
+    """``make_qx_quants``' code of ``v`` as float32: ``nmax + clamp(nearest_int(iscale * v), -nmax, nmax - 1)``, or
+    0 where ``iscale`` is NaN (an all-zero block)."""
+    code = nearest_clamped(mul_f32(iscale, np.float32(v)), -nmax, nmax - 1) + np.float32(nmax)
+    return np.float32(0.0) if iscale != iscale else code
+
+
+@element_function
 def qx_code(x, c, j, nmax, iscale):
-    """``make_qx_quants``' code of ``x[c + j]``: ``nmax + clamp(nearest_int(iscale * x), -nmax, nmax - 1)``, or 0."""
-    if iscale != iscale:
-        return np.int64(0)
-    return nmax + max(-nmax, min(nmax - 1, nearest_int(mul_f32(iscale, np.float32(x[c + j])))))
+    """:func:`qx_level` of ``x[c + j]`` as an integer."""
+    return np.int64(qx_level(x[c + j], nmax, iscale))
 
 
 @element_function
