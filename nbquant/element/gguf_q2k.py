@@ -18,7 +18,7 @@ import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
 from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16, sum_squares
-from .gguf_search import W_AVX, W_SIGMA, kx_code, kx_search, qp_search, search_weight
+from .gguf_search import W_AVX, W_SIGMA, kx_search, kx_stored_level, qp_search, search_weight
 
 __all__ = ["Q2_K", "Q2K_SCRATCH", "q2k_search_params", "q2k_sigma2", "q2k_quantize_block", "q2k_record",
            "q2k_dequantize_block"]
@@ -93,12 +93,10 @@ def _scale_bytes(rec, o, use_qw, max_scale, max_min, fs):
 
 @element_function
 def _code(x, c, i, fs):
-    """The 2-bit code of element ``i`` (the search's code where its sub-block's stored scale is 0)."""
+    """The 2-bit code (float32) of element ``i`` under its sub-block's stored scale and minimum (the search's code
+    where the scale is 0)."""
     j = i // 16
-    d = np.float32(fs[112 + j])
-    if d == 0:
-        return kx_code(x, c + 16 * j, i - 16 * j, np.int64(3), fs[32 + j], fs[48 + j])
-    return max(np.int64(0), min(np.int64(3), nearest_int((np.float32(x[c + i]) + np.float32(fs[128 + j])) / d)))
+    return kx_stored_level(x[c + i], np.int64(3), fs[112 + j], fs[128 + j], fs[32 + j], fs[48 + j])
 
 
 @element_function
@@ -129,11 +127,11 @@ def q2k_record(x, c, rec, o, use_qw, fs):
         fs[112 + j] = mul_f32(dq, np.float32(b & 0xF))
         fs[128 + j] = mul_f32(mq, np.float32(b >> 4))
     for h in range(2):
-        for k in range(32):
+        for k in range(32):  # four codes a byte, as a sum of exact small floats (a loop that vectorizes)
             base = 128 * h + k
-            q = (_code(x, c, base, fs) | (_code(x, c, base + 32, fs) << 2) | (_code(x, c, base + 64, fs) << 4)
-                 | (_code(x, c, base + 96, fs) << 6))
-            rec[o + 16 + 32 * h + k] = np.uint8(q & 0xFF)
+            q = ((_code(x, c, base, fs) + np.float32(4.0) * _code(x, c, base + 32, fs))
+                 + (np.float32(16.0) * _code(x, c, base + 64, fs) + np.float32(64.0) * _code(x, c, base + 96, fs)))
+            rec[o + 16 + 32 * h + k] = np.uint8(np.int32(q))
 
 
 @element_function
