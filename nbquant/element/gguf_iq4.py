@@ -25,8 +25,8 @@ from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16, sum_s
 from .gguf_search import W_SIGMA, W_SQUARE, search_weight
 
 __all__ = ["IQ4_NL", "IQ4_XS", "KVALUES", "iq4_nearest", "best_index", "iq4_accumulate", "iq4_try_inv", "iq4_better",
-           "iq4_sigma2", "iq4_search", "iq4_nl_block", "iq4_xs_block", "iq4_xs_record", "iq4_nl_dequantize_block",
-           "iq4_xs_dequantize_block"]
+           "iq4_sigma2", "iq4_search", "iq4_nl_block", "iq4_nl_record", "iq4_xs_block", "iq4_xs_record",
+           "iq4_nl_dequantize_block", "iq4_xs_dequantize_block"]
 
 #: ggml type ids.
 IQ4_NL, IQ4_XS = 20, 23
@@ -143,7 +143,12 @@ def _pack(x, c, rec, o, inv):
 def iq4_nl_block(x, c, rec, o, qw, use_qw):
     """IQ4_NL: the 32 floats ``x[c:c + 32]`` into the 18-byte record at ``rec[o:]`` (``qw`` read at ``c + j``)."""
     sigma2 = iq4_sigma2(x, c, 32) if use_qw else np.float32(0.0)
-    d = iq4_search(x, qw, c, use_qw, sigma2)
+    iq4_nl_record(x, c, rec, o, iq4_search(x, qw, c, use_qw, sigma2))
+
+
+@element_function
+def iq4_nl_record(x, c, rec, o, d):
+    """The IQ4_NL record of ``x[c:c + 32]`` at ``rec[o:]`` under its searched scale ``d``."""
     put_u16(rec, o, ggml_f16(d))
     _pack(x, c, rec, o + 2, np.float32(1.0) / d if d != 0 else np.float32(0.0))
 

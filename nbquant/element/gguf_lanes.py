@@ -1,4 +1,4 @@
-"""GGUF Q2_K, Q3_K and IQ4_XS quantize with the sub-block searches of several super-blocks side by side.
+"""GGUF Q2_K, Q3_K, IQ4_XS (and IQ4_NL) quantize with the searches of several (super-)blocks side by side.
 
 The searches of ``nb`` super-blocks run as the lanes of one search: the values are
 transposed so that lane ``l`` holds sub-block ``l`` (``xt[i, l]``, its weights ``wt[i, l]``),
@@ -18,7 +18,7 @@ import numpy as np
 
 from .bits import element_function
 from .gguf_common import mul_f32
-from .gguf_iq4 import KVALUES, iq4_accumulate, iq4_better, iq4_sigma2, iq4_try_inv, iq4_xs_record
+from .gguf_iq4 import KVALUES, iq4_accumulate, iq4_better, iq4_nl_record, iq4_sigma2, iq4_try_inv, iq4_xs_record
 from .gguf_q2k import q2k_record, q2k_search_params, q2k_sigma2
 from .gguf_q3k import q3_add, q3_level, q3_refine, q3k_record, q3k_sigma2
 from .gguf_search import (
@@ -39,7 +39,8 @@ from .gguf_search import (
 )
 
 __all__ = ["LANE_STATE_ROWS", "LANE_ACC_ROWS", "q3_search_lanes", "iq4_search_lanes", "q2k_blocks", "q3k_blocks",
-           "iq4_xs_blocks"]
+           "iq4_xs_blocks",
+           "iq4_nl_blocks"]
 
 _EPS = np.float32(1e-15)
 #: Rows of the lanes' state of :func:`q3_search_lanes` and :func:`iq4_search_lanes` (the result in row 0).
@@ -145,12 +146,12 @@ def iq4_search_lanes(xt, wt, st, acc, lanes):
 
 @element_function
 def _sub_block_lanes(x, c, nb, size, count, qw, aux_of, wmode, xt, wt, st, sums):
-    """Transpose the ``count`` sub-blocks of ``size`` values of each of the ``nb`` super-blocks at ``x[c:]`` into
+    """Transpose the ``count`` sub-blocks of ``size`` values of each of the ``nb`` (super-)blocks at ``x[c:]`` into
     lanes: values ``xt``, weights ``wt`` (mode ``wmode``, ``aux`` of super-block ``b`` ``aux_of[b]``), and, if
     ``sums``, each sub-block's summed weights (in order) into ``st[LANE_STATE_ROWS - 1]``."""
     for b in range(nb):
         for j in range(count):
-            cj = c + 256 * b + size * j
+            cj = c + size * (count * b + j)
             lane = count * b + j
             sw = np.float32(0.0)
             for i in range(size):
@@ -223,3 +224,16 @@ def iq4_xs_blocks(x, c, nb, rec, o, type_size, qw, use_qw, xt, wt, lt, st, acc, 
         for j in range(8):
             fs[j] = st[_RESULT, 8 * b + j]
         iq4_xs_record(x, c + 256 * b, rec, o + type_size * b, fs)
+
+
+@element_function
+def iq4_nl_blocks(x, c, nb, rec, o, type_size, qw, use_qw, xt, wt, lt, st, acc, fs):
+    """IQ4_NL records of the ``nb`` 32-value blocks at ``x[c:]`` into ``rec[o:]`` (the same bytes as
+    :func:`~nbquant.element.gguf_iq4.iq4_nl_block`), their searches as the lanes of one :func:`iq4_search_lanes`
+    (``lt`` unused; ``fs`` at least ``nb``)."""
+    for b in range(nb):
+        fs[b] = iq4_sigma2(x, c + 32 * b, 32) if use_qw else np.float32(0.0)
+    _sub_block_lanes(x, c, nb, 32, 1, qw, fs, W_SIGMA if use_qw else W_SQUARE, xt, wt, st, False)
+    iq4_search_lanes(xt, wt, st, acc, nb)
+    for b in range(nb):
+        iq4_nl_record(x, c + 32 * b, rec, o + type_size * b, st[_RESULT, b])
