@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from nbquant import gguf
-from nbquant.backends.cpu.gguf import LANES
+from nbquant.backends.cpu.gguf import KMIN_GROUP, LANES, Q6K_GROUP
 from nbquant.backends.reference.gguf_iq4 import _best_index
 from nbquant.element.gguf_iq4 import KVALUES, iq4_nearest
 
 #: The formats whose cpu quantize searches side by side, and the blocks one lane group holds.
-LANE_FORMATS = {"Q2_K": LANES // 16, "Q3_K": LANES // 16, "Q4_K": 8, "Q5_K": 8, "Q6_K": 4, "IQ4_XS": LANES // 8,
-                "IQ4_NL": LANES}
+LANE_FORMATS = {"Q2_K": LANES // 16, "Q3_K": LANES // 16, "Q4_K": KMIN_GROUP, "Q5_K": KMIN_GROUP, "Q6_K": Q6K_GROUP,
+                "IQ4_XS": LANES // 8, "IQ4_NL": LANES}
 
 
 def _rows(block: int, blocks: int) -> np.ndarray:
