@@ -30,8 +30,10 @@ import numpy as np
 from benchmarks.convert import ROOT
 
 #: ggml type id and record bytes of each format this benchmark knows.
-FORMATS = {"Q8_0": (8, 34), "Q4_0": (2, 18), "Q2_K": (10, 84), "Q3_K": (11, 110), "Q4_K": (12, 144),
-           "Q5_K": (13, 176), "Q6_K": (14, 210)}
+FORMATS = {"Q8_0": (8, 34), "Q4_0": (2, 18), "IQ4_NL": (20, 18), "Q2_K": (10, 84), "Q3_K": (11, 110),
+           "Q4_K": (12, 144), "Q5_K": (13, 176), "Q6_K": (14, 210), "IQ4_XS": (23, 136)}
+#: The formats of 256-value super-blocks (the others have 32-value blocks).
+SUPER_BLOCKS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
 
 
 def _oracle():
@@ -51,7 +53,7 @@ def run(args: argparse.Namespace) -> dict:
     results = {"rows": args.rows, "imatrix": args.imatrix, "load": os.getloadavg()[0], "formats": {}}
     for name in args.formats.split(","):
         kind, size = FORMATS[name]
-        quantize = gguf.kquant_quantize if name.endswith("_K") else gguf.legacy_quantize
+        quantize = gguf.kquant_quantize if name in SUPER_BLOCKS else gguf.legacy_quantize
         with thread_limit(1):
             quantize(kind, x[:4], imatrix, size)  # compile (or load) the kernel
             ours, theirs = [], []

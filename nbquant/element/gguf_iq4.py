@@ -24,8 +24,9 @@ from .bits import canonical_f32, element_function, load_f32
 from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16, sum_squares
 from .gguf_search import W_SIGMA, W_SQUARE, search_weight
 
-__all__ = ["IQ4_NL", "IQ4_XS", "KVALUES", "best_index", "iq4_sigma2", "iq4_search", "iq4_nl_block",
-           "iq4_xs_block", "iq4_nl_dequantize_block", "iq4_xs_dequantize_block"]
+__all__ = ["IQ4_NL", "IQ4_XS", "KVALUES", "iq4_nearest", "best_index", "iq4_accumulate", "iq4_try_inv", "iq4_better",
+           "iq4_sigma2", "iq4_search", "iq4_nl_block", "iq4_nl_record", "iq4_xs_block", "iq4_xs_record",
+           "iq4_nl_dequantize_block", "iq4_xs_dequantize_block"]
 
 #: ggml type ids.
 IQ4_NL, IQ4_XS = 20, 23
@@ -36,22 +37,57 @@ _EPS = np.float32(1e-15)
 
 
 @element_function
+def iq4_nearest(v):
+    """ggml's ``best_index_int8(16, kvalues_iq4nl, v)`` and its table value: ``(index, KVALUES[index])``.
+
+    The nearest table entry (a tie goes up; NaN 15), found without branches: the bracketing
+    pair is the last entry not above ``v`` (what the binary search finds) and the next one,
+    so that a loop over many values compiles to vector selects.
+    """
+    v = np.float32(v)
+    lo = np.int64(0)
+    a = KVALUES[0]
+    b = KVALUES[1]
+    for k in range(1, 15):
+        up = not v < KVALUES[k]
+        lo = np.int64(k) if up else lo
+        a = KVALUES[k] if up else a
+        b = KVALUES[k + 1] if up else b
+    below = v - a < b - v
+    index = lo if below else lo + 1
+    q = a if below else b
+    first = v <= KVALUES[0]
+    last = v >= KVALUES[15]
+    index = np.int64(0) if first else np.int64(15) if last else index
+    q = KVALUES[0] if first else KVALUES[15] if last else q
+    return index, q
+
+
+@element_function
 def best_index(v):
     """ggml's ``best_index_int8(16, kvalues_iq4nl, v)``: the nearest table entry's index (a tie goes up; NaN 15)."""
+    return iq4_nearest(v)[0]
+
+
+@element_function
+def iq4_accumulate(sumqx, sumq2, w, v, inv):
+    """A value's terms of a step's sums: ``(sumqx + w * q * v, sumq2 + w * q * q)``, ``q`` the level of ``inv * v``."""
     v = np.float32(v)
-    if v <= KVALUES[0]:
-        return np.int64(0)
-    if v >= KVALUES[15]:
-        return np.int64(15)
-    lo = 0
-    hi = 15
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if v < KVALUES[mid]:
-            hi = mid
-        else:
-            lo = mid
-    return np.int64(hi - 1) if v - KVALUES[hi - 1] < KVALUES[hi] - v else np.int64(hi)
+    q = iq4_nearest(mul_f32(inv, v))[1]
+    wq = mul_f32(w, q)
+    return np.float32(sumqx) + mul_f32(wq, v), np.float32(sumq2) + mul_f32(wq, q)
+
+
+@element_function
+def iq4_try_inv(itry, mx):
+    """The inverse scale that try ``itry`` (-7..7) of the search uses: ``(itry - 127) / mx``."""
+    return np.float32(itry - 127) / np.float32(mx)
+
+
+@element_function
+def iq4_better(sumqx, sumq2, best):
+    """Whether a try's sums beat the best so far: ``sumq2 > 0 and sumqx**2 > best * sumq2``."""
+    return sumq2 > 0 and mul_f32(sumqx, sumqx) > mul_f32(best, sumq2)
 
 
 @element_function
@@ -65,11 +101,7 @@ def _sums(x, qw, c, aux, wmode, inv):
     sumqx = np.float32(0.0)
     sumq2 = np.float32(0.0)
     for j in range(32):
-        v = np.float32(x[c + j])
-        q = KVALUES[best_index(mul_f32(inv, v))]
-        wq = mul_f32(search_weight(x, qw, c, j, aux, wmode), q)
-        sumqx = sumqx + mul_f32(wq, v)
-        sumq2 = sumq2 + mul_f32(wq, q)
+        sumqx, sumq2 = iq4_accumulate(sumqx, sumq2, search_weight(x, qw, c, j, aux, wmode), x[c + j], inv)
     return sumqx, sumq2
 
 
@@ -91,8 +123,8 @@ def iq4_search(x, qw, c, use_qw, sigma2):
     d = sumqx / sumq2 if sumq2 > 0 else np.float32(0.0)
     best = mul_f32(d, sumqx)
     for itry in range(-7, 8):
-        sumqx, sumq2 = _sums(x, qw, c, sigma2, wmode, np.float32(itry - 127) / mx)
-        if sumq2 > 0 and mul_f32(sumqx, sumqx) > mul_f32(best, sumq2):
+        sumqx, sumq2 = _sums(x, qw, c, sigma2, wmode, iq4_try_inv(itry, mx))
+        if iq4_better(sumqx, sumq2, best):
             d = sumqx / sumq2
             best = mul_f32(d, sumqx)
     return d
@@ -111,7 +143,12 @@ def _pack(x, c, rec, o, inv):
 def iq4_nl_block(x, c, rec, o, qw, use_qw):
     """IQ4_NL: the 32 floats ``x[c:c + 32]`` into the 18-byte record at ``rec[o:]`` (``qw`` read at ``c + j``)."""
     sigma2 = iq4_sigma2(x, c, 32) if use_qw else np.float32(0.0)
-    d = iq4_search(x, qw, c, use_qw, sigma2)
+    iq4_nl_record(x, c, rec, o, iq4_search(x, qw, c, use_qw, sigma2))
+
+
+@element_function
+def iq4_nl_record(x, c, rec, o, d):
+    """The IQ4_NL record of ``x[c:c + 32]`` at ``rec[o:]`` under its searched scale ``d``."""
     put_u16(rec, o, ggml_f16(d))
     _pack(x, c, rec, o + 2, np.float32(1.0) / d if d != 0 else np.float32(0.0))
 
@@ -120,11 +157,18 @@ def iq4_nl_block(x, c, rec, o, qw, use_qw):
 def iq4_xs_block(x, c, rec, o, qw, use_qw, fs):
     """IQ4_XS: the 256 floats ``x[c:c + 256]`` into the 136-byte record at ``rec[o:]`` (scratch ``fs[0:8]``)."""
     sigma2 = iq4_sigma2(x, c, 256) if use_qw else np.float32(0.0)
+    for ib in range(8):
+        fs[ib] = iq4_search(x, qw, c + 32 * ib, use_qw, sigma2)
+    iq4_xs_record(x, c, rec, o, fs)
+
+
+@element_function
+def iq4_xs_record(x, c, rec, o, fs):
+    """The IQ4_XS record of ``x[c:c + 256]`` at ``rec[o:]`` from its sub-blocks' searched scales ``fs[0:8]``."""
     max_scale = np.float32(0.0)
     amax_scale = np.float32(0.0)
     for ib in range(8):
-        s = iq4_search(x, qw, c + 32 * ib, use_qw, sigma2)
-        fs[ib] = s
+        s = fs[ib]
         if abs(s) > amax_scale:
             amax_scale = abs(s)
             max_scale = s

@@ -38,9 +38,9 @@ from .gguf_search import (
     W_DIRECT,
     W_SIGMA,
     W_SQUARE,
-    kx_level,
     kx_search,
     kx_search_lanes,
+    kx_stored_level,
     nearest_clamped,
     qp_search,
     qx_search,
@@ -204,8 +204,8 @@ def _kmin_record(x, c, rec, o, use_qw, top, fs):
         da, ma, ia, la = np.float32(fs[56 + ja]), np.float32(fs[64 + ja]), fs[16 + ja], fs[24 + ja]
         db, mb, ib, lb = np.float32(fs[56 + jb]), np.float32(fs[64 + jb]), fs[16 + jb], fs[24 + jb]
         for j in range(32):
-            a = np.int64(_kmin_level(x[c + 32 * ja + j], top, da, ma, ia, la))
-            b = np.int64(_kmin_level(x[c + 32 * jb + j], top, db, mb, ib, lb))
+            a = np.int64(kx_stored_level(x[c + 32 * ja + j], top, da, ma, ia, la))
+            b = np.int64(kx_stored_level(x[c + 32 * jb + j], top, db, mb, ib, lb))
             if top == 31:
                 h = np.int64(rec[o + 16 + j])
                 if a > 15:
@@ -216,14 +216,6 @@ def _kmin_record(x, c, rec, o, use_qw, top, fs):
                     h |= np.int64(2) << (2 * n)
                 rec[o + 16 + j] = np.uint8(h)
             rec[qo + 32 * n + j] = np.uint8((a | (b << 4)) & 0xFF)
-
-
-@element_function
-def _kmin_level(v, top, d, m, iscale, low):
-    """A Q4_K/Q5_K code (float32) of ``v`` under stored scale ``d`` and min ``m`` (the search's where ``d`` is 0)."""
-    searched = kx_level(v, iscale, low, top)
-    stored = nearest_clamped((np.float32(v) + m) / d, 0, top)
-    return searched if d == 0 else stored
 
 
 @element_function

@@ -18,9 +18,10 @@ import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
 from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16, sum_squares
-from .gguf_search import W_AVX, W_SIGMA, kx_code, kx_search, qp_search, search_weight
+from .gguf_search import W_AVX, W_SIGMA, kx_search, kx_stored_level, qp_search, search_weight
 
-__all__ = ["Q2_K", "Q2K_SCRATCH", "q2k_quantize_block", "q2k_dequantize_block"]
+__all__ = ["Q2_K", "Q2K_SCRATCH", "q2k_search_params", "q2k_sigma2", "q2k_quantize_block", "q2k_record",
+           "q2k_dequantize_block"]
 
 #: ggml type id.
 Q2_K = 10
@@ -30,32 +31,37 @@ Q2K_SCRATCH = 144
 
 
 @element_function
+def q2k_search_params(use_qw):
+    """The sub-block search of ``quantize_row_q2_K_impl`` (``use_qw``) or ``_ref``: ``(wmode, rmin, rdelta, nstep,
+    flat_below, use_mad)`` (the ``_ref`` rows weigh by ``|x|``, W_AVX with a 0 average, and add absolute errors)."""
+    if use_qw:
+        return W_SIGMA, np.float32(-0.9), np.float32(0.05), 36, True, False
+    return W_AVX, np.float32(-0.5), np.float32(0.1), 15, False, True
+
+
+@element_function
+def q2k_sigma2(x, c, use_qw):
+    """``quantize_row_q2_K_impl``'s ``sigma2`` of the super-block at ``x[c:]`` (0 without importance weights)."""
+    return sum_squares(x, c, 256) / np.float32(256.0) if use_qw else np.float32(0.0)
+
+
+@element_function
 def _sub_blocks(x, c, qw, use_qw, fs):
-    """The sixteen sub-block searches into ``fs[0:80]``; returns the largest scale and minimum."""
-    sigma2 = sum_squares(x, c, 256) / np.float32(256.0) if use_qw else np.float32(0.0)
-    max_scale = np.float32(0.0)
-    max_min = np.float32(0.0)
+    """The sixteen sub-block searches into ``fs[0:80]``."""
+    sigma2 = q2k_sigma2(x, c, use_qw)
+    wmode, rmin, rdelta, nstep, flat_below, use_mad = q2k_search_params(use_qw)
     for j in range(16):
         cj = c + 16 * j
-        if use_qw:  # quantize_row_q2_K_impl: make_qkx3_quants on the importance weights
-            sw = np.float32(0.0)
-            for i in range(16):
-                sw = sw + search_weight(x, qw, cj, i, sigma2, W_SIGMA)
-            fs[64 + j] = sw
-            scale, low, iscale, code_low = kx_search(x, qw, cj, 16, sigma2, W_SIGMA, np.int64(3), np.float32(-0.9),
-                                                     np.float32(0.05), 36, True, False)
-        else:  # quantize_row_q2_K_ref: make_qkx2_quants on |x| (W_AVX with a 0 average), absolute errors
-            scale, low, iscale, code_low = kx_search(x, qw, cj, 16, np.float32(0.0), W_AVX, np.int64(3),
-                                                     np.float32(-0.5), np.float32(0.1), 15, False, True)
+        sw = np.float32(0.0)
+        for i in range(16):
+            sw = sw + search_weight(x, qw, cj, i, sigma2, wmode)
+        fs[64 + j] = sw
+        scale, low, iscale, code_low = kx_search(x, qw, cj, 16, sigma2, wmode, np.int64(3), rmin, rdelta, nstep,
+                                                 flat_below, use_mad)
         fs[j] = scale
         fs[16 + j] = -low
         fs[32 + j] = iscale
         fs[48 + j] = code_low
-        if scale > max_scale:
-            max_scale = scale
-        if -low > max_min:
-            max_min = -low
-    return max_scale, max_min
 
 
 @element_function
@@ -87,18 +93,30 @@ def _scale_bytes(rec, o, use_qw, max_scale, max_min, fs):
 
 @element_function
 def _code(x, c, i, fs):
-    """The 2-bit code of element ``i`` (the search's code where its sub-block's stored scale is 0)."""
+    """The 2-bit code (float32) of element ``i`` under its sub-block's stored scale and minimum (the search's code
+    where the scale is 0)."""
     j = i // 16
-    d = np.float32(fs[112 + j])
-    if d == 0:
-        return kx_code(x, c + 16 * j, i - 16 * j, np.int64(3), fs[32 + j], fs[48 + j])
-    return max(np.int64(0), min(np.int64(3), nearest_int((np.float32(x[c + i]) + np.float32(fs[128 + j])) / d)))
+    return kx_stored_level(x[c + i], np.int64(3), fs[112 + j], fs[128 + j], fs[32 + j], fs[48 + j])
 
 
 @element_function
 def q2k_quantize_block(x, c, rec, o, qw, use_qw, fs):
     """Q2_K: the 256 floats ``x[c:c + 256]`` into the 84-byte record at ``rec[o:]`` (``qw`` read at ``c + i``)."""
-    max_scale, max_min = _sub_blocks(x, c, qw, use_qw, fs)
+    _sub_blocks(x, c, qw, use_qw, fs)
+    q2k_record(x, c, rec, o, use_qw, fs)
+
+
+@element_function
+def q2k_record(x, c, rec, o, use_qw, fs):
+    """The Q2_K record of ``x[c:c + 256]`` at ``rec[o:]`` from its sub-block searches' ``fs[0:80]`` (scales, minima,
+    the codes' iscales and lows, summed weights)."""
+    max_scale = np.float32(0.0)
+    max_min = np.float32(0.0)
+    for j in range(16):
+        if fs[j] > max_scale:
+            max_scale = fs[j]
+        if fs[16 + j] > max_min:
+            max_min = fs[16 + j]
     d, dmin = _scale_bytes(rec, o, use_qw, max_scale, max_min, fs)
     put_u16(rec, o + 80, ggml_f16(d))
     put_u16(rec, o + 82, ggml_f16(dmin))
@@ -109,11 +127,11 @@ def q2k_quantize_block(x, c, rec, o, qw, use_qw, fs):
         fs[112 + j] = mul_f32(dq, np.float32(b & 0xF))
         fs[128 + j] = mul_f32(mq, np.float32(b >> 4))
     for h in range(2):
-        for k in range(32):
+        for k in range(32):  # four codes a byte, as a sum of exact small floats (a loop that vectorizes)
             base = 128 * h + k
-            q = (_code(x, c, base, fs) | (_code(x, c, base + 32, fs) << 2) | (_code(x, c, base + 64, fs) << 4)
-                 | (_code(x, c, base + 96, fs) << 6))
-            rec[o + 16 + 32 * h + k] = np.uint8(q & 0xFF)
+            q = ((_code(x, c, base, fs) + np.float32(4.0) * _code(x, c, base + 32, fs))
+                 + (np.float32(16.0) * _code(x, c, base + 64, fs) + np.float32(64.0) * _code(x, c, base + 96, fs)))
+            rec[o + 16 + 32 * h + k] = np.uint8(np.int32(q))
 
 
 @element_function

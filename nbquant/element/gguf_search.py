@@ -19,11 +19,10 @@ from numba.extending import intrinsic
 from .bits import element_function
 from .gguf_common import mul_f32, nearest_int
 
-__all__ = ["W_SQUARE", "W_SIGMA", "W_DIRECT", "W_AVX", "search_weight", "qx_search", "qx_code", "kx_search",
-           "kx_code", "kx_level", "nearest_clamped", "kx_err_term", "kx_step_iscale", "kx_solve", "kx_search_lanes",
-           "KX_SCALE", "KX_MIN", "KX_ISCALE", "KX_LOW", "KX_STATE_ROWS", "KX_ACC_ROWS", "qx_step_iscale", "qx_better",
-           "qx_search_lanes", "QX_SCALE", "QX_ISCALE", "QX_STATE_ROWS",
-           "qp_search"]
+__all__ = ["W_SQUARE", "W_SIGMA", "W_DIRECT", "W_AVX", "search_weight", "qx_search", "qx_level", "qx_code",
+           "kx_search", "kx_code", "kx_level", "kx_stored_level", "nearest_clamped", "kx_err_term", "kx_step_iscale",
+           "kx_solve", "kx_search_lanes", "KX_SCALE", "KX_MIN", "KX_ISCALE", "KX_LOW", "KX_STATE_ROWS", "KX_ACC_ROWS",
+           "qx_step_iscale", "qx_better", "qx_search_lanes", "QX_SCALE", "QX_ISCALE", "QX_STATE_ROWS", "qp_search"]
 
 #: Weight modes: ``x**2``; ``qw * sqrt(aux + x**2)``; ``qw``; ``aux + |x|``.
 W_SQUARE, W_SIGMA, W_DIRECT, W_AVX = 0, 1, 2, 3
@@ -122,17 +121,32 @@ def qx_search(x, qw, c, n, aux, wmode, nmax):
 
 
 @element_function
+def qx_level(v, nmax, iscale):
+    """``make_qx_quants``' code of ``v`` as float32: ``nmax + clamp(nearest_int(iscale * v), -nmax, nmax - 1)``, or
+    0 where ``iscale`` is NaN (an all-zero block)."""
+    code = nearest_clamped(mul_f32(iscale, np.float32(v)), -nmax, nmax - 1) + np.float32(nmax)
+    return np.float32(0.0) if iscale != iscale else code
+
+
+@element_function
 def qx_code(x, c, j, nmax, iscale):
-    """``make_qx_quants``' code of ``x[c + j]``: ``nmax + clamp(nearest_int(iscale * x), -nmax, nmax - 1)``, or 0."""
-    if iscale != iscale:
-        return np.int64(0)
-    return nmax + max(-nmax, min(nmax - 1, nearest_int(mul_f32(iscale, np.float32(x[c + j])))))
+    """:func:`qx_level` of ``x[c + j]`` as an integer."""
+    return np.int64(qx_level(x[c + j], nmax, iscale))
 
 
 @element_function
 def kx_level(v, iscale, low, top):
     """``make_qkx*_quants``' code of the value ``v`` as float32: ``clamp(nearest_int(iscale * (v - low)), 0, top)``."""
     return nearest_clamped(mul_f32(iscale, np.float32(v) - np.float32(low)), 0, top)
+
+
+@element_function
+def kx_stored_level(v, top, d, m, iscale, low):
+    """A K-quant code (float32) of ``v`` under the stored scale ``d`` and min ``m``: ``clamp(nearest_int((v + m) / d),
+    0, top)``; where ``d`` is 0, the search's code (:func:`kx_level` of ``iscale`` and ``low``)."""
+    searched = kx_level(v, iscale, low, top)
+    stored = nearest_clamped((np.float32(v) + np.float32(m)) / np.float32(d), 0, top)
+    return searched if d == 0 else stored
 
 
 @element_function

@@ -12,9 +12,13 @@ from __future__ import annotations
 import numpy as np
 
 from ...element.bits import element_function
+from ...element.gguf_iq4 import IQ4_NL
 from ...element.gguf_kquants import (
+    IQ4_XS,
     KQUANT_DEQUANTIZERS,
     KQUANT_QUANTIZERS,
+    Q2_K,
+    Q3_K,
     Q4_K,
     Q5_K,
     Q6_K,
@@ -22,6 +26,7 @@ from ...element.gguf_kquants import (
     kmin_blocks,
     q6k_blocks,
 )
+from ...element.gguf_lanes import LANE_ACC_ROWS, LANE_STATE_ROWS, iq4_nl_blocks, iq4_xs_blocks, q2k_blocks, q3k_blocks
 from ...element.gguf_legacy import LEGACY_DEQUANTIZERS, LEGACY_QUANTIZERS, row_sigma2
 from ...element.gguf_search import KX_ACC_ROWS, KX_STATE_ROWS, QX_STATE_ROWS
 from ...gguf.formats import get_format
@@ -131,6 +136,34 @@ def _decode_rows(dequantize_block, block):
     return rows
 
 
+#: Searches side by side in the Q2_K, Q3_K, IQ4_XS and IQ4_NL row walks.
+LANES = 64
+
+
+def _lane_rows(blocks_fn, group, block):
+    """The row walk of a format whose ``blocks_fn`` (:mod:`nbquant.element.gguf_lanes`) quantizes ``group``
+    blocks of ``block`` values at a time, their (sub-block) searches side by side."""
+
+    @element_function
+    def rows(part, parts, x, qw, use_qw, type_size, out):
+        n_rows, n = x.shape
+        first, last = part_range(n_rows, part, parts)
+        xt = np.empty((32, LANES), np.float32)
+        wt = np.empty((32, LANES), np.float32)
+        lt = np.empty((32, LANES), np.float32)
+        st = np.empty((LANE_STATE_ROWS, LANES), np.float32)
+        acc = np.empty((LANE_ACC_ROWS, LANES), np.float32)
+        fs = np.empty(SCRATCH, np.float32)
+        blocks = n // block
+        for r in range(first, last):
+            xr = x[r]
+            orow = out[r]
+            for b in range(0, blocks, group):
+                blocks_fn(xr, b * block, min(group, blocks - b), orow, b * type_size, type_size, qw, use_qw, xt, wt, lt,
+                          st, acc, fs)
+    return rows
+
+
 # Placeholder: each format's kernel has its own (its row walk).
 _ROWS = None
 
@@ -144,7 +177,9 @@ def _dequantize_template(part, parts, data, type_size, out):
 
 
 #: The formats whose quantize walks search several super-blocks side by side (vector lanes), not one block a call.
-_LANE_ROWS = {Q4_K: _kmin_rows(np.int64(15)), Q5_K: _kmin_rows(np.int64(31)), Q6_K: _q6_k_rows}
+_LANE_ROWS = {Q4_K: _kmin_rows(np.int64(15)), Q5_K: _kmin_rows(np.int64(31)), Q6_K: _q6_k_rows,
+              Q2_K: _lane_rows(q2k_blocks, LANES // 16, 256), Q3_K: _lane_rows(q3k_blocks, LANES // 16, 256),
+              IQ4_XS: _lane_rows(iq4_xs_blocks, LANES // 8, 256), IQ4_NL: _lane_rows(iq4_nl_blocks, LANES, 32)}
 
 
 def _format_kernels(kind: int) -> tuple[CpuKernel, CpuKernel]:
