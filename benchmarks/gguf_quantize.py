@@ -29,11 +29,8 @@ import numpy as np
 
 from benchmarks.convert import ROOT
 
-#: ggml type id and record bytes of each format this benchmark knows.
-FORMATS = {"Q8_0": (8, 34), "Q4_0": (2, 18), "IQ4_NL": (20, 18), "Q2_K": (10, 84), "Q3_K": (11, 110),
-           "Q4_K": (12, 144), "Q5_K": (13, 176), "Q6_K": (14, 210), "IQ4_XS": (23, 136)}
-#: The formats of 256-value super-blocks (the others have 32-value blocks).
-SUPER_BLOCKS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
+#: The formats this benchmark knows (``--formats`` takes a comma-separated selection).
+FORMATS = ("Q8_0", "Q4_0", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
 
 
 def _oracle():
@@ -44,7 +41,7 @@ def _oracle():
 
 
 def run(args: argparse.Namespace) -> dict:
-    from nbquant.backends.cpu import gguf
+    from nbquant import gguf
     from nbquant.threads import thread_limit
 
     oracle = _oracle()
@@ -52,14 +49,13 @@ def run(args: argparse.Namespace) -> dict:
     imatrix = np.random.default_rng(1).random(4096, dtype=np.float32) + np.float32(0.1) if args.imatrix else None
     results = {"rows": args.rows, "imatrix": args.imatrix, "load": os.getloadavg()[0], "formats": {}}
     for name in args.formats.split(","):
-        kind, size = FORMATS[name]
-        quantize = gguf.kquant_quantize if name in SUPER_BLOCKS else gguf.legacy_quantize
+        kind = gguf.get_format(name).type_id
         with thread_limit(1):
-            quantize(kind, x[:4], imatrix, size)  # compile (or load) the kernel
+            gguf.quantize(x[:4], name, imatrix=imatrix, backend="cpu")  # compile (or load) the kernel
             ours, theirs = [], []
             for _ in range(args.repeats):
                 t = time.perf_counter()
-                a = quantize(kind, x, imatrix, size)
+                a = gguf.quantize(x, name, imatrix=imatrix, backend="cpu")
                 ours.append(time.perf_counter() - t)
                 t = time.perf_counter()
                 b = oracle.quantize(x, kind, imatrix)

@@ -33,8 +33,7 @@ from ...gguf.formats import get_format
 from .._format_kernel import format_kernel
 from ._kernel import CpuKernel, cpu_kernel, part_range
 
-__all__ = ["QUANTIZE_KERNELS", "DEQUANTIZE_KERNELS", "legacy_quantize", "legacy_dequantize", "kquant_quantize",
-           "kquant_dequantize"]
+__all__ = ["QUANTIZE_KERNELS", "DEQUANTIZE_KERNELS"]
 
 
 def _legacy_rows(quantize_block):
@@ -206,36 +205,3 @@ _KERNELS = {kind: _format_kernels(kind) for kind in (*LEGACY_QUANTIZERS, *KQUANT
 QUANTIZE_KERNELS = {kind: pair[0] for kind, pair in _KERNELS.items()}
 #: The dequantize kernel of each format (ggml type id).
 DEQUANTIZE_KERNELS = {kind: pair[1] for kind, pair in _KERNELS.items()}
-
-
-def _quantize(block: int, kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
-    out = np.empty((x.shape[0], x.shape[1] // block * type_size), np.uint8)
-    QUANTIZE_KERNELS[kind](x, np.zeros(1, np.float32) if imatrix is None else imatrix, imatrix is not None, type_size,
-                           out)
-    return out
-
-
-def _dequantize(block: int, kind: int, data: np.ndarray, type_size: int) -> np.ndarray:
-    out = np.empty((data.shape[0], data.shape[1] // type_size * block), np.float32)
-    DEQUANTIZE_KERNELS[kind](data, type_size, out)
-    return out
-
-
-def legacy_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
-    """Records of ``x`` (rows, n) float32 C-contiguous; ``imatrix`` (n,) float32 or None."""
-    return _quantize(32, kind, x, imatrix, type_size)
-
-
-def legacy_dequantize(kind: int, data: np.ndarray, type_size: int) -> np.ndarray:
-    """float32 (rows, n) of the records ``data`` (rows, row bytes) uint8 C-contiguous."""
-    return _dequantize(32, kind, data, type_size)
-
-
-def kquant_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
-    """K-quant records of ``x`` (rows, n) float32 C-contiguous; ``imatrix`` (n,) float32 or None."""
-    return _quantize(256, kind, x, imatrix, type_size)
-
-
-def kquant_dequantize(kind: int, data: np.ndarray, type_size: int) -> np.ndarray:
-    """float32 (rows, n) of the K-quant records ``data`` (rows, row bytes) uint8 C-contiguous."""
-    return _dequantize(256, kind, data, type_size)
