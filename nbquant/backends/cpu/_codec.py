@@ -56,9 +56,10 @@ class Codec:
     name : str
         The kernels' names start with it.
     value : callable
-        ``value(v, s, z, op, params)``: an :func:`~nbquant.element.element_function` of one
-        source element ``v``, its scale ``s`` and zero point ``z``, the kernel's scale op
-        ``op`` (a constant, or :data:`RUNTIME_OP`) and the call's ``params`` tuple.
+        ``value(v, s, z, op, has_zp, params)``: an :func:`~nbquant.element.element_function` of
+        one source element ``v``, its scale ``s`` and zero point ``z``, the kernel's scale op
+        ``op`` (a constant, or :data:`RUNTIME_OP`), whether it has a zero point (a constant)
+        and the call's ``params`` tuple.
     codec : int
         :data:`MAP`, :data:`PACK`, :data:`UNPACK` or :data:`NIBBLES`.
     bits : int
@@ -121,16 +122,16 @@ def _codec_template(part, parts, src, scale, zp, params, bp, br, bc, tile, out):
     # Inner loops index slices from 0: a loop index that starts elsewhere keeps Numba's
     # negative-index wraparound check alive and stops vectorization (5x slower).
     P, R, C = out.shape if _CODEC == UNPACK or _CODEC == NIBBLES else src.shape
-    buffered = _CODEC == PACK or _CODEC == UNPACK
     ntiles = (C + tile - 1) // tile
     first, last = part_range(P * R * ntiles, part, parts)
-    codes = np.empty(PACK_CHUNK if buffered else 0, np.uint8)
-    words16, words32 = codes.view(np.uint16), codes.view(np.uint32)
+    if _CODEC == PACK or _CODEC == UNPACK:
+        codes = np.empty(PACK_CHUNK, np.uint8)
+        words16, words32 = codes.view(np.uint16), codes.view(np.uint32)
     for unit in range(first, last):
         p, r, sp, sr, c, end = work_unit(unit, ntiles, tile, R, C, bp, br)
         g = quotient(c, bc)
         while c < end:
-            stop = min(c + PACK_CHUNK, end) if buffered else end
+            stop = min(c + PACK_CHUNK, end) if _CODEC == PACK or _CODEC == UNPACK else end
             if _CODEC == UNPACK:
                 _PACK(src[p, r], c, stop, words16, words32)
             b = c
@@ -147,17 +148,17 @@ def _codec_template(part, parts, src, scale, zp, params, bp, br, bc, tile, out):
                 if _COLUMNS:
                     ss, zs = scale[sp, sr, b:b_end], zp[sp, sr, b:b_end]
                     for i in range(xs.size):
-                        os[i] = _VALUE(xs[i], ss[i], zs[i] if _ZP else _NO_ZP, _OP, params)
+                        os[i] = _VALUE(xs[i], ss[i], zs[i] if _ZP else _NO_ZP, _OP, _ZP, params)
                 else:
                     s, z = scale[sp, sr, g], zp[sp, sr, g] if _ZP else _NO_ZP
                     if _CODEC == NIBBLES:
                         for j in range(xs.size):
                             byte = xs[j]
-                            os[2 * j] = _VALUE(unpack_field(byte, 0, 4), s, z, _OP, params)
-                            os[2 * j + 1] = _VALUE(unpack_field(byte, 1, 4), s, z, _OP, params)
+                            os[2 * j] = _VALUE(unpack_field(byte, 0, 4), s, z, _OP, _ZP, params)
+                            os[2 * j + 1] = _VALUE(unpack_field(byte, 1, 4), s, z, _OP, _ZP, params)
                     else:
                         for i in range(xs.size):
-                            os[i] = _VALUE(xs[i], s, z, _OP, params)
+                            os[i] = _VALUE(xs[i], s, z, _OP, _ZP, params)
                     if b_end == (g + 1) * bc:
                         g += 1
                 b = b_end

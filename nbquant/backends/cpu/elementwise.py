@@ -73,15 +73,17 @@ def quantize_kernel(part, parts, x, s, qmin, qmax, mask, out):
 
 
 @element_function
-def _code(v, s, z, op, params):
+def _code(v, s, z, op, has_zp, params):
     """The integer code bits of ``v`` (a :class:`~._codec.Codec` value): ``params`` is ``(scale op, zero point
-    before, qmin, qmax, mask)``, the scale op ``op`` unless that is :data:`~._codec.RUNTIME_OP`."""
+    before, qmin, qmax, mask)``, the scale op ``op`` unless that is :data:`~._codec.RUNTIME_OP`; without a zero
+    point (``has_zp``, a constant) the order is a constant too, so nothing of it is compiled."""
     scale_op, zp_before, qmin, qmax, mask = params
-    return code_bits(quantize_value(v, s, z, scale_op if op == RUNTIME_OP else op, zp_before, qmin, qmax), mask)
+    op = scale_op if op == RUNTIME_OP else op
+    return code_bits(quantize_value(v, s, z, op, has_zp and zp_before, qmin, qmax), mask)
 
 
 @element_function
-def _value(q, s, z, op, params):
+def _value(q, s, z, op, has_zp, params):
     """The float value of the code bits ``q`` (a :class:`~._codec.Codec` value): ``params`` is ``(nbits, signed,
     like)``."""
     nbits, signed, like = params

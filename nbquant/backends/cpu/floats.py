@@ -13,7 +13,7 @@ from ._codec import MAP, PACK, RUNTIME_OP, UNPACK, ZERO, Codec
 
 
 @element_function
-def _float_code(v, s, z, op, params):
+def _float_code(v, s, z, op, has_zp, params):
     """The floating-point code of ``v`` (a :class:`~._codec.Codec` value): ``params`` is ``(scale op, fp,
     saturate)``, the scale op ``op`` unless that is :data:`~._codec.RUNTIME_OP`."""
     scale_op, fp, saturate = params
@@ -21,7 +21,7 @@ def _float_code(v, s, z, op, params):
 
 
 @element_function
-def _float_value(q, s, z, op, params):
+def _float_value(q, s, z, op, has_zp, params):
     """The value of the floating-point code ``q`` times ``s`` (a :class:`~._codec.Codec` value): ``params`` is
     ``(fp, like)``."""
     fp, like = params
