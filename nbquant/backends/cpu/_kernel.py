@@ -34,10 +34,11 @@ from numba.core.runtime import rtsys
 
 from ... import element
 from ...threads import get_num_threads
+from .._format_kernel import format_kernel
 from .._warning import NumbaCacheWarning
 
-__all__ = ["cpu_kernel", "CpuKernel", "KernelCache", "KERNELS", "source_digest", "parallel_parts", "part_range",
-           "work_unit", "quotient", "row_tile", "ROW_TILE", "PART_BYTES"]
+__all__ = ["cpu_kernel", "template_kernel", "CpuKernel", "KernelCache", "KERNELS", "source_digest", "parallel_parts",
+           "part_range", "work_unit", "quotient", "row_tile", "ROW_TILE", "PART_BYTES"]
 
 #: Every kernel made by :func:`cpu_kernel`, in definition order.
 KERNELS: list[CpuKernel] = []
@@ -232,6 +233,25 @@ def cpu_kernel(fn) -> CpuKernel:
     """
     kernel = CpuKernel(fn)
     KERNELS.append(kernel)
+    return kernel
+
+
+_TEMPLATE_LOCK = threading.Lock()
+
+
+def template_kernel(table: dict[str, CpuKernel], name: str, template, doc: str, **bound: object) -> CpuKernel:
+    """``table[name]``, made on first use as a :func:`cpu_kernel` of ``template`` with the globals ``bound``.
+
+    The kernel is a function of its own (:func:`~nbquant.backends._format_kernel.format_kernel`),
+    so Numba's disk cache keys it on its own name, in every process. A family of kernels (one
+    per mode) costs nothing until a mode is called, and a first call compiles its mode alone.
+    """
+    kernel = table.get(name)
+    if kernel is None:
+        with _TEMPLATE_LOCK:  # one kernel per name, whichever thread asks first
+            kernel = table.get(name)
+            if kernel is None:
+                kernel = table[name] = cpu_kernel(format_kernel(template, name, doc, **bound))
     return kernel
 
 

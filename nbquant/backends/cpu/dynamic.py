@@ -22,17 +22,19 @@ from ...element import (
     abs_bits,
     absmax_bits,
     block_qparams,
+    code_bits,
     element_function,
     minmax_keys,
     pack_byte_codes,
+    quantize_value,
     range_keys,
 )
 from ...layout import canonical_dims
-from ...modes import Mapping
+from ...modes import Mapping, ScaleOp
 from ...threads import get_num_threads
 from .._views import kernel_float_view
-from ._kernel import ROW_TILE, cpu_kernel, part_range, row_tile
-from .elementwise import quantize_block
+from ._codec import OP_NAMES, RUNTIME_OP
+from ._kernel import ROW_TILE, CpuKernel, cpu_kernel, part_range, row_tile, template_kernel
 
 #: Elements of a row the fused kernel reduces, then quantizes, while they are in L1 (whole blocks).
 _CHUNK = 4096
@@ -64,9 +66,37 @@ def _chunk_qparams(mapping, lo, hi, use_minmax, qmin, qmax, half_range, eps, zp_
         zs[b] = z
 
 
-@cpu_kernel
-def dynamic_rows_kernel(part, parts, x, use_minmax, mapping, qmin, qmax, half_range, eps, zp_sym, maxbound, reciprocal,
-                        scale_op, mask, nbits, packed, bc, chunk_blocks, units, out, scale, zp):
+@element_function
+def _quantize_block(xs, os, s, z, op, scale_op, qmin, qmax, mask):
+    """Codes of one block ``xs`` into ``os`` with scale op ``op`` (``scale_op`` if :data:`~._codec.RUNTIME_OP`)."""
+    for i in range(xs.size):
+        os[i] = code_bits(quantize_value(xs[i], s, z, scale_op if op == RUNTIME_OP else op, False, qmin, qmax), mask)
+
+
+def dynamic_rows_kernel(mapping: Mapping, op: int, packed: bool) -> CpuKernel:
+    """The fused dynamic quantize kernel of one mode, made on first use: a kernel per mapping, float32 scale op (or
+    :data:`~._codec.RUNTIME_OP`) and packing, so that a first call compiles its mode's loops alone (a kernel that
+    took every mode held twelve quantize loops).
+
+    ``kernel(x, qmin, qmax, half_range, eps, zp_sym, maxbound, reciprocal, scale_op, mask, nbits, bc, chunk_blocks,
+    units, out, scale, zp)`` quantizes ``x`` (rows, C) in blocks of ``bc`` along C: see :func:`_rows_template`.
+    """
+    name = f"dynamic_rows_{mapping.name.lower()}{OP_NAMES[op]}{'_packed' if packed else ''}_kernel"
+    doc = (f"The fused dynamic quantize kernel of {mapping.name}, scale op {op}{', packed' if packed else ''} "
+           "(:func:`dynamic_rows_kernel`).")
+    return template_kernel(ROWS_KERNELS, name, _rows_template, doc, _MAPPING=int(mapping),
+                           _MINMAX=mapping.uses_min_and_max, _OP=op, _PACKED=packed)
+
+
+#: Every fused dynamic quantize kernel made so far, by name.
+ROWS_KERNELS: dict[str, CpuKernel] = {}
+# Placeholders: each kernel has its own (dynamic_rows_kernel's globals).
+_MAPPING = _OP = 0
+_MINMAX = _PACKED = False
+
+
+def _rows_template(part, parts, x, qmin, qmax, half_range, eps, zp_sym, maxbound, reciprocal, scale_op, mask, nbits,
+                   bc, chunk_blocks, units, out, scale, zp):
     """Fused dynamic quantize of ``x`` (rows, C) in blocks of ``bc`` along C.
 
     Writes ``scale`` and ``zp`` (rows, ceil(C / bc)) and the codes ``out`` (rows, C),
@@ -94,7 +124,7 @@ def dynamic_rows_kernel(part, parts, x, use_minmax, mapping, qmin, qmax, half_ra
         ms = np.empty(chunk_blocks, np.float32)
         zs = np.empty(chunk_blocks, np.float32)
         # packed: a chunk's byte codes, packed in one loop over the chunk (per block, 16-byte loops do not vectorize)
-        codes = np.empty((min(chunk_blocks * bc, C) + 3) // 4 * 4 if packed else 0, np.uint8)
+        codes = np.empty((min(chunk_blocks * bc, C) + 3) // 4 * 4 if _PACKED else 0, np.uint8)
         words16 = codes.view(np.uint16)
         words32 = codes.view(np.uint32)
         for item in range(u * items // units, (u + 1) * items // units):
@@ -108,36 +138,21 @@ def dynamic_rows_kernel(part, parts, x, use_minmax, mapping, qmin, qmax, half_ra
             xw = x[r, c0:cw].reshape(nw, bc)
             xt = x[r, cw:c1]  # the row's partial last block, or empty
             for b in range(nw):
-                lo[b], hi[b] = _block_keys(xw[b], use_minmax)
+                lo[b], hi[b] = _block_keys(xw[b], _MINMAX)
             if cw < c1:
-                lo[nw], hi[nw] = _block_keys(xt, use_minmax)
-            ss = scale[r, b0:b1]
-            zz = zp[r, b0:b1]
-            if mapping == Mapping.SYMMETRIC:  # one loop per mapping: no branches left inside, so it vectorizes
-                _chunk_qparams(Mapping.SYMMETRIC, lo, hi, use_minmax, qmin, qmax, half_range, eps, zp_sym, maxbound,
-                               reciprocal, ss, zz, ms, zs)
-            elif mapping == Mapping.ASYMMETRIC:
-                _chunk_qparams(Mapping.ASYMMETRIC, lo, hi, use_minmax, qmin, qmax, half_range, eps, zp_sym, maxbound,
-                               reciprocal, ss, zz, ms, zs)
-            elif mapping == Mapping.SYMMETRIC_NO_CLIPPING_ERR:
-                _chunk_qparams(Mapping.SYMMETRIC_NO_CLIPPING_ERR, lo, hi, use_minmax, qmin, qmax, half_range, eps,
-                               zp_sym, maxbound, reciprocal, ss, zz, ms, zs)
+                lo[nw], hi[nw] = _block_keys(xt, _MINMAX)
+            _chunk_qparams(_MAPPING, lo, hi, _MINMAX, qmin, qmax, half_range, eps, zp_sym, maxbound, reciprocal,
+                           scale[r, b0:b1], zp[r, b0:b1], ms, zs)
+            if _PACKED:
+                ow, ot = codes[:nw * bc].reshape(nw, bc), codes[cw - c0:c1 - c0]
             else:
-                _chunk_qparams(Mapping.MODELOPT, lo, hi, use_minmax, qmin, qmax, half_range, eps, zp_sym, maxbound,
-                               reciprocal, ss, zz, ms, zs)
-            if packed:
-                cws = codes[:nw * bc].reshape(nw, bc)
-                for b in range(nw):
-                    quantize_block(xw[b], cws[b], ms[b], zs[b], scale_op, False, qlo, qhi, mask)
-                if cw < c1:
-                    quantize_block(xt, codes[cw - c0:c1 - c0], ms[nw], zs[nw], scale_op, False, qlo, qhi, mask)
+                ow, ot = out[r, c0:cw].reshape(nw, bc), out[r, cw:c1]
+            for b in range(nw):
+                _quantize_block(xw[b], ow[b], ms[b], zs[b], _OP, scale_op, qlo, qhi, mask)
+            if cw < c1:
+                _quantize_block(xt, ot, ms[nw], zs[nw], _OP, scale_op, qlo, qhi, mask)
+            if _PACKED:
                 pack_byte_codes(words16, words32, out[r, c0 >> kshift:c1 >> kshift], nbits)
-            else:
-                ow = out[r, c0:cw].reshape(nw, bc)
-                for b in range(nw):
-                    quantize_block(xw[b], ow[b], ms[b], zs[b], scale_op, False, qlo, qhi, mask)
-                if cw < c1:
-                    quantize_block(xt, out[r, cw:c1], ms[nw], zs[nw], scale_op, False, qlo, qhi, mask)
 
 
 @cpu_kernel
@@ -259,6 +274,9 @@ class DynamicOps:
         chunk_blocks = max(1, _CHUNK // bc)
         items = rows * -(-s2.shape[1] // chunk_blocks)
         units = max(1, min(items, UNITS_PER_THREAD * get_num_threads()))
-        dynamic_rows_kernel(x2, *spec.qparams_arguments(), spec.reciprocal, int(spec.kernel_scale_op), fmt.mask,
-                            fmt.bits, spec.packed, bc, chunk_blocks, units, o2, s2, z2)
+        scale_op = spec.kernel_scale_op
+        op = int(scale_op) if scale_op in (ScaleOp.DIVIDE, ScaleOp.MULTIPLY) else RUNTIME_OP
+        kernel = dynamic_rows_kernel(spec.mapping, op, spec.packed)
+        kernel(x2, *spec.qparams_arguments()[2:], spec.reciprocal, int(scale_op), fmt.mask, fmt.bits, bc, chunk_blocks,
+               units, o2, s2, z2)
         return True
