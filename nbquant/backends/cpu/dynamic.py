@@ -29,7 +29,7 @@ from ...element import (
     quantize_value,
     range_keys,
 )
-from ...layout import canonical_dims
+from ...layout import canonical_dims, canonical_views
 from ...modes import Mapping, ScaleOp
 from ...threads import get_num_threads
 from .._views import kernel_float_view
@@ -228,6 +228,17 @@ def qparams_kernel(part, parts, lo, hi, use_minmax, mapping, qmin, qmax, half_ra
         zp[i] = np.int32(z)
 
 
+def _reduce_3d(x3, blocks: tuple[int, int, int], use_minmax: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Reduced keys ``(lo, hi)`` of the 3-D view ``x3`` over its block grid (arrays of the grid's shape)."""
+    grid = [-(-n // b) for n, b in zip(x3.shape, blocks, strict=True)]
+    lo = np.empty(grid, np.int64)
+    hi = np.empty(grid, np.int64)
+    bc = blocks[2]
+    chunk = max(bc, (ROW_TILE // bc) * bc) if bc > 1 else ROW_TILE
+    block_reduce_kernel(x3, use_minmax, blocks[0], blocks[1], bc, chunk, lo, hi)
+    return lo, hi
+
+
 class DynamicOps:
     """Dynamic quantization (:class:`~nbquant.backends.interface.Backend`)."""
 
@@ -244,18 +255,17 @@ class DynamicOps:
             flat_reduce_kernel(x2, spec.use_minmax, tile, lo, hi)
             return np.array([lo.min()]), np.array([hi.max()])
         dims = canonical_dims(layout.shape, layout.block)
-        if len(dims) > 3:  # rare: more than three unmergeable block dims; reduce with the NumPy oracle
-            from ..reference import BACKEND as REFERENCE
-
-            return REFERENCE.reduce_keys(x, spec)
+        if len(dims) > 3:  # rare: more than three unmergeable block dims: a 3-D reduction per leading index, folded
+            grid = [-(-n // b) for n, b in dims]
+            lo = np.full(grid, 1 << 62, np.int64)
+            hi = np.full(grid, -(1 << 62) if spec.use_minmax else 0, np.int64)
+            for (x3,), (lo3, hi3), blocks in canonical_views(layout, [xk], [lo, hi], [1]):
+                part_lo, part_hi = _reduce_3d(x3, blocks, spec.use_minmax)
+                np.minimum(lo3, part_lo, out=lo3)
+                np.maximum(hi3, part_hi, out=hi3)
+            return lo.reshape(-1), hi.reshape(-1)
         dims = [(1, 1)] * (3 - len(dims)) + dims
-        x3 = xk.reshape([n for n, _ in dims])
-        grid = [-(-n // b) for n, b in dims]
-        lo = np.empty(grid, np.int64)
-        hi = np.empty(grid, np.int64)
-        bc = dims[2][1]
-        chunk = max(bc, (ROW_TILE // bc) * bc) if bc > 1 else ROW_TILE
-        block_reduce_kernel(x3, spec.use_minmax, dims[0][1], dims[1][1], bc, chunk, lo, hi)
+        lo, hi = _reduce_3d(xk.reshape([n for n, _ in dims]), tuple(b for _, b in dims), spec.use_minmax)
         return lo.reshape(-1), hi.reshape(-1)
 
     def choose_qparams(self, x, spec, scale, zp) -> None:
