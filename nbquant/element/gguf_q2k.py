@@ -129,8 +129,9 @@ def q2k_record(x, c, rec, o, use_qw, fs):
     for h in range(2):
         for k in range(32):  # four codes a byte, as a sum of exact small floats (a loop that vectorizes)
             base = 128 * h + k
-            q = ((_code(x, c, base, fs) + np.float32(4.0) * _code(x, c, base + 32, fs))
-                 + (np.float32(16.0) * _code(x, c, base + 64, fs) + np.float32(64.0) * _code(x, c, base + 96, fs)))
+            q = ((_code(x, c, base, fs) + mul_f32(np.float32(4.0), _code(x, c, base + 32, fs)))
+                 + (mul_f32(np.float32(16.0), _code(x, c, base + 64, fs))
+                    + mul_f32(np.float32(64.0), _code(x, c, base + 96, fs))))
             rec[o + 16 + 32 * h + k] = np.uint8(np.int32(q))
 
 

@@ -212,9 +212,10 @@ def _q3k_pack(rec, o, h, k, q0, q1, q2, q3):
     h1 = np.float32(1.0) if q1 >= four else np.float32(0.0)
     h2 = np.float32(1.0) if q2 >= four else np.float32(0.0)
     h3 = np.float32(1.0) if q3 >= four else np.float32(0.0)
-    low = ((q0 - four * h0) + np.float32(4.0) * (q1 - four * h1)) + (np.float32(16.0) * (q2 - four * h2)
-                                                                    + np.float32(64.0) * (q3 - four * h3))
-    high = (h0 + np.float32(2.0) * h1) + (np.float32(4.0) * h2 + np.float32(8.0) * h3)
+    # every product on its own (mul_f32): exact here, but NVVM would contract them, and the PTX check allows no FMA
+    low = ((q0 - mul_f32(four, h0)) + mul_f32(np.float32(4.0), q1 - mul_f32(four, h1))) + (
+        mul_f32(np.float32(16.0), q2 - mul_f32(four, h2)) + mul_f32(np.float32(64.0), q3 - mul_f32(four, h3)))
+    high = (h0 + mul_f32(np.float32(2.0), h1)) + (mul_f32(np.float32(4.0), h2) + mul_f32(np.float32(8.0), h3))
     rec[o + 32 + 32 * h + k] = np.uint8(np.int32(low))
     if h == 0:
         rec[o + k] = np.uint8(np.int32(high))
