@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The cuda backend on a real GPU, in one run that fits a short lease (docs/cuda.md, "Checked on a GPU").
 #
-#   tools/gpu_check.sh [PHASE...]       # default: env tests latency ratio convert
+#   tools/gpu_check.sh [PHASE...]       # default: env tests ratio gguf latency convert
 #
 # Output goes to $OUT when set (the device tool's folder), else /tmp/nbquant-gpu. Phases, each under its own
-# time limit (seconds: TESTS_LIMIT, RATIO_LIMIT, CONVERT_LIMIT), each writing OUTDIR/<phase>.log, one line per phase in
+# time limit (seconds: TESTS_LIMIT, RATIO_LIMIT, GGUF_LIMIT, CONVERT_LIMIT), each writing OUTDIR/<phase>.log, one line per phase in
 # OUTDIR/summary.txt (exit status and seconds):
 #   env      the GPU, driver and Python packages (wheels in .whl/ are installed first, see below);
 #   tests    the backend suite on cuda (NBQUANT_TEST_BACKENDS=cuda: every test that uses the backend fixture,
@@ -14,6 +14,8 @@
 #            with a profile of the small call on device arrays;
 #   ratio    python -m benchmarks --device cuda at 2^24 and 2^28, the quantize and dequantize case of each kernel
 #            family, against a device-to-device copy of the same bytes and torch on CUDA;
+#   gguf     python -m benchmarks.gguf_quantize --device cuda: each GGUF format on a 4096 x 4096 device matrix
+#            against the cpu backend on every core, and the two outputs compared byte for byte;
 #   convert  nbquant convert of a 594 MiB bf16 checkpoint on the cpu and on cuda (NBQUANT_BACKEND=cuda):
 #            wall time and a byte comparison of the outputs.
 # A wheel folder .whl/ (numba-cuda and what it needs, for Python 3.12) is installed into /tmp/site first when
@@ -21,7 +23,7 @@
 set -u
 cd "$(dirname "$0")/.."
 OUTD=${OUT:-/tmp/nbquant-gpu}
-PHASES=${*:-env tests latency ratio convert}
+PHASES=${*:-env tests ratio gguf latency convert}
 mkdir -p "$OUTD"
 export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE
 export PY=${PYTHON:-python3} OUTD
@@ -90,6 +92,7 @@ w('$src', hidden=2048, intermediate=5632, layers=4, vocab=32000, shard_bytes=320
 export -f env_info convert_both
 
 #: One case per kernel family, quantize and dequantize (names are matched as substrings).
+GGUF_FORMATS=${GGUF_FORMATS:-Q8_0,Q4_0,IQ4_NL,Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_XS}
 FAMILIES="q int8 per-channel axis0,q uint8 per-tensor zp,q int4 g32 packed,q fp8 e4m3 per-tensor,"
 FAMILIES+="q fp6 e3m2 per-tensor packed,q fp4 e2m1 g16 packed,mxfp4,q mxfp8,nvfp4,q int8 per-row dynamic,"
 FAMILIES+="q int4 g128 dynamic packed,q nf4 (block 64),calib max"
@@ -100,6 +103,11 @@ for p in $PHASES; do
     tests)
         # The cpu kernels of the benchmark's set-ups and the cpu conversion, compiled while the GPU tests run.
         (cd tests && nice -n 5 $PY _background.py warm >/tmp/nbquant-cpu-warm.log 2>&1) &
+        for f in ${GGUF_FORMATS//,/ }; do  # the gguf phase's cpu kernels, one process per format
+            nice -n 5 $PY -c "import numpy as np; from nbquant.block_rows import quantize_blocks as q; \
+from nbquant.blocks import get_block_format as g; q(g('gguf_${f,,}'), np.ones((1, 256), np.float32), backend='cpu')" \
+                >>/tmp/nbquant-cpu-warm.log 2>&1 &
+        done
         phase tests "${TESTS_LIMIT:-210}" env NBQUANT_TEST_BACKENDS=cuda PYTHONPATH="$PWD/tests:$PYTHONPATH" \
             $PY -m pytest tests -q -p _cudasim_plugin -p no:cacheprovider -n "${WORKERS:-14}" --tb=short -rfE -p no:benchmark \
             -W ignore::pytest.PytestUnknownMarkWarning --junitxml="$OUTD/tests.xml" -o addopts="" ;;
@@ -111,8 +119,10 @@ for p in $PHASES; do
         wait
         phase ratio "${RATIO_LIMIT:-200}" $PY -m benchmarks --device cuda --sizes "${RATIO_SIZES:-2^24,2^28}" --repeats 10 \
             --cases "$FAMILIES" --json "$OUTD/bench-cuda.json" ;;
+    gguf) wait; phase gguf "${GGUF_LIMIT:-60}" $PY -m benchmarks.gguf_quantize --device cuda --repeats 5 \
+        --formats "$GGUF_FORMATS" --json "$OUTD/gguf-cuda.json" ;;
     convert) wait; phase convert "${CONVERT_LIMIT:-120}" bash -c convert_both ;;
-    *) echo "unknown phase $p (env tests latency ratio convert)" >&2; exit 2 ;;
+    *) echo "unknown phase $p (env tests ratio gguf latency convert)" >&2; exit 2 ;;
     esac
 done
 echo "total $(($(date +%s) - T0))s" | tee -a "$OUTD/summary.txt"
