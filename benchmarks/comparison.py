@@ -25,8 +25,10 @@ def _host(result) -> np.ndarray | None:
         result = result.data
     if result is None:
         return None
-    if hasattr(result, "copy_to_host"):  # a numba device array (the cuda backend's results)
-        result = result.copy_to_host()
+    if hasattr(result, "copy_to_host"):  # a numba device array (the cuda backend's results), ml_dtypes too
+        from nbquant.backends.cuda.runtime import to_host
+
+        result = to_host(result)
     if isinstance(result, np.ndarray):  # ml_dtypes' user-defined dtypes (fp8, ...) by their bits
         return result.view(f"u{result.dtype.itemsize}") if result.dtype.isbuiltin == 2 else result
     torch = sys.modules["torch"]

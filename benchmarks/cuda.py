@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     import numba
 
     import nbquant
+    from nbquant.backends.cuda.runtime import to_device
 
     name = cuda.get_current_device().name
     print(f"device: {name.decode() if isinstance(name, bytes) else name}; numba {numba.__version__}; "
@@ -95,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     x_big = rng.standard_normal((rows, cols), dtype=np.float32)
     q_big = rng.integers(-128, 128, (rows, cols), dtype=np.int8)
     x_small, q_small = x_big[:1, :], q_big[:1, :]  # 1024 elements
-    d_big, d_qbig = cuda.to_device(x_big), cuda.to_device(q_big)
-    d_small, d_qsmall = cuda.to_device(np.ascontiguousarray(x_small)), cuda.to_device(np.ascontiguousarray(q_small))
+    d_big, d_qbig = to_device(x_big), to_device(q_big)
+    d_small, d_qsmall = to_device(np.ascontiguousarray(x_small)), to_device(np.ascontiguousarray(q_small))
     print(f"{'kernel family (1024 x 1024 float32, then 2^10)':<38} {'first s':>8} {'second ms':>10} "
           f"{'dev 2^10 us':>12} {'host 2^10 us':>13} {'cpu 2^10 us':>12}")
     small_calls = dict(_families(1, cols))

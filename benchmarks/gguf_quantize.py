@@ -91,11 +91,12 @@ def run_cuda(args: argparse.Namespace) -> dict:
     """The cuda backend on device arrays against the cpu backend on every core, per format."""
     from numba import cuda
 
+    from nbquant.backends.cuda.runtime import to_device, to_host
     from nbquant.block_rows import quantize_blocks
     from nbquant.blocks import get_block_format
 
     x = np.random.default_rng(0).standard_normal((args.rows, 4096), dtype=np.float32)
-    d_x = cuda.to_device(x)
+    d_x = to_device(x)
     results = {"rows": args.rows, "formats": {}}
     for name in args.formats.split(","):
         fmt = get_block_format("gguf_" + name.lower())
@@ -103,7 +104,7 @@ def run_cuda(args: argparse.Namespace) -> dict:
                                       cuda.synchronize)
         t_cpu, ((rec,), _) = _timed(lambda f=fmt: quantize_blocks(f, x, backend="cpu"), args.repeats)
         row = {"cuda_s": t_gpu, "cpu_s": t_cpu, "cuda_GBps": (x.nbytes + rec.nbytes) / t_gpu / 1e9,
-               "equal": bool((d_rec.copy_to_host() == rec).all())}
+               "equal": bool((to_host(d_rec) == rec).all())}
         results["formats"][name] = row
         print(f"{name}: cuda {t_gpu * 1e3:.3f} ms ({row['cuda_GBps']:.0f} GB/s read + written), "
               f"cpu backend ({os.cpu_count()} cores) {t_cpu * 1e3:.1f} ms, cpu / cuda {t_cpu / t_gpu:.1f}x, "

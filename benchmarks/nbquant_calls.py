@@ -49,9 +49,9 @@ def nbq_mx_dequantize(p: Problem, backend: str | None = None) -> Bench:
     r, data, fmt = p.kwargs["block_formats"], p.src, p.kwargs["dtype"]
     scales = r.scales
     if hasattr(data, "copy_to_host"):
-        from numba import cuda
+        from nbquant.backends.cuda.runtime import to_device  # E8M0 scales: an ml_dtypes dtype
 
-        scales = cuda.to_device(scales)
+        scales = to_device(scales)
     if fmt == "nvfp4":
         return lambda: nbquant.dequantize_nvfp4(data, scales, r.global_scale, backend=backend)
     return lambda: nbquant.dequantize_mx(data, scales, fmt, backend=backend)

@@ -132,9 +132,9 @@ def cuda_unavailable_reason() -> str:
 
 
 def _to_device(p: Problem) -> Problem:
-    from numba import cuda
+    from nbquant.backends.cuda.runtime import to_device  # ml_dtypes arrays too (fp8 codes, ...)
 
-    return dataclasses.replace(p, src=cuda.to_device(p.src), out=cuda.to_device(p.out))
+    return dataclasses.replace(p, src=to_device(p.src), out=to_device(p.out))
 
 
 def run_case_cuda(case: Case, n: int, repeats: int, seed: int = 0) -> list[Row]:

@@ -102,3 +102,18 @@ def dequantize_both(backend: str, *args, **kwargs) -> np.ndarray:
 def ints(a: np.ndarray) -> list:
     """Integer codes as a nested Python list (works for ml_dtypes sub-byte arrays)."""
     return np.asarray(a).astype(np.int64).tolist()
+
+
+def device_copy(a, stream=None):
+    """``a`` copied to the GPU, ml_dtypes dtypes included (numba's ``cuda.to_device`` refuses them on a real GPU:
+    its buffer-protocol read has no format for them; the simulator does not check)."""
+    from nbquant.backends.cuda.runtime import to_device
+
+    return to_device(a, stream)
+
+
+def host_copy(a) -> np.ndarray:
+    """A host copy of the device array ``a``, ml_dtypes dtypes included (see :func:`device_copy`)."""
+    from nbquant.backends.cuda.runtime import to_host
+
+    return to_host(a)

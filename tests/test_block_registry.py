@@ -15,6 +15,7 @@ import importlib.util
 import ml_dtypes
 import numpy as np
 import pytest
+from _helpers import device_copy, host_copy
 
 from nbquant.block_rows import dequantize_blocks, quantize_blocks
 from nbquant.blocks import block_format_names, find_kernel, get_block_format
@@ -216,20 +217,19 @@ def test_dask_same_bits_as_numpy(name):
 def test_device_arrays_stay_on_the_device(backend, name):
     if backend != "cuda":
         pytest.skip("device arrays are the cuda backend's")
-    from numba import cuda
 
     from nbquant.backends import is_device_array
 
     fmt = get_block_format(name)
     x = _sample((3, 2 * fmt.block_size), seed=5)
     ref, params = quantize_blocks(fmt, x, backend="reference")
-    got, _ = quantize_blocks(fmt, cuda.to_device(x), params=params)
+    got, _ = quantize_blocks(fmt, device_copy(x), params=params)
     assert all(is_device_array(t) for t in got)
     for g, r in zip(got, ref, strict=True):
-        np.testing.assert_array_equal(_bits(g.copy_to_host()), _bits(r))
+        np.testing.assert_array_equal(_bits(host_copy(g)), _bits(r))
     back = dequantize_blocks(fmt, got, params=params)
     assert is_device_array(back)
-    np.testing.assert_array_equal(_bits(back.copy_to_host()), _bits(dequantize_blocks(fmt, ref, params=params)))
+    np.testing.assert_array_equal(_bits(host_copy(back)), _bits(dequantize_blocks(fmt, ref, params=params)))
 
 
 # --- a GGUF-shaped format fits the descriptor: one packed byte record per block -------------------------

@@ -21,6 +21,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from _background import Job
+from _helpers import device_copy, host_copy
 
 import nbquant
 from nbquant.backends import BackendUnavailableError, is_device_array, use_cuda_stream
@@ -132,15 +133,15 @@ def test_device_array_in_device_array_out(cuda, dtype):
     rng = np.random.default_rng(3)
     x = (rng.standard_normal((5, 9, 12)) * 4).astype(dtype)
     scale = (rng.random((5, 9, 3)) + 0.1).astype(np.float32)
-    d = cuda.to_device(x)
+    d = device_copy(x)
     q = nbquant.quantize(d, scale, "int4", axis=2, block_size=4)
     assert is_device_array(q) and q.dtype == ml_dtypes.int4
     ref = nbquant.quantize(x, scale, "int4", axis=2, block_size=4, backend="reference")
-    np.testing.assert_array_equal(q.copy_to_host().view(np.uint8), ref.view(np.uint8))
+    np.testing.assert_array_equal(host_copy(q).view(np.uint8), ref.view(np.uint8))
     back = nbquant.dequantize(q, scale, axis=2, block_size=4, out_dtype=ml_dtypes.bfloat16)
     ref_back = nbquant.dequantize(ref, scale, axis=2, block_size=4, out_dtype=ml_dtypes.bfloat16, backend="reference")
     assert is_device_array(back)
-    np.testing.assert_array_equal(back.copy_to_host().view(np.int16), ref_back.view(np.int16))
+    np.testing.assert_array_equal(host_copy(back).view(np.int16), ref_back.view(np.int16))
 
 
 def test_device_out_and_packed(cuda):
@@ -149,25 +150,25 @@ def test_device_out_and_packed(cuda):
     scale = np.float32(0.3)
     zp = np.int32(5)
     out = cuda.device_array((7, 5), np.uint8)
-    r = nbquant.quantize(cuda.to_device(x), scale, "uint4", zero_point=zp, packed=True, out=out)
+    r = nbquant.quantize(device_copy(x), scale, "uint4", zero_point=zp, packed=True, out=out)
     assert r is out
     ref = nbquant.quantize(x, scale, "uint4", zero_point=zp, packed=True, backend="reference")
-    np.testing.assert_array_equal(out.copy_to_host(), ref)
+    np.testing.assert_array_equal(host_copy(out), ref)
     # numpy codes, device out
     dout = cuda.device_array((7, 10), np.float16)
     nbquant.dequantize(ref, scale, zero_point=zp, dtype="uint4", out_dtype=np.float16, out=dout)
     expect = nbquant.dequantize(ref, scale, zero_point=zp, dtype="uint4", out_dtype=np.float16, backend="reference")
-    np.testing.assert_array_equal(dout.copy_to_host().view(np.uint16), expect.view(np.uint16))
+    np.testing.assert_array_equal(host_copy(dout).view(np.uint16), expect.view(np.uint16))
 
 
 def test_device_arrays_need_cuda_and_checked_out(cuda):
-    d = cuda.to_device(np.ones((4, 6), np.float32))
+    d = device_copy(np.ones((4, 6), np.float32))
     with pytest.raises(BackendUnavailableError, match="host"):
         nbquant.quantize(d, 1.0, "int8", backend="cpu")
     with pytest.raises(ValueError, match="shape"):
         nbquant.quantize(d, 1.0, "int8", out=cuda.device_array((4, 5), np.int8))
     with pytest.raises(TypeError, match="dtype"):
-        nbquant.quantize(cuda.to_device(np.ones(3, np.int32)), 1.0, "int8")
+        nbquant.quantize(device_copy(np.ones(3, np.int32)), 1.0, "int8")
 
 
 @pytest.mark.parametrize(("kwargs", "packed"), [
@@ -181,28 +182,28 @@ def test_dynamic_device_arrays_stay_on_the_device(cuda, kwargs, packed):
     x = (rng.standard_normal((6, 20)) * 3).astype(np.float32)
     x[2, 3] = np.nan
     dtype = "int4" if kwargs["mapping"] != "asymmetric" else "uint4"
-    got = nbquant.quantize_dynamic(cuda.to_device(x), dtype, packed=packed, **kwargs)
+    got = nbquant.quantize_dynamic(device_copy(x), dtype, packed=packed, **kwargs)
     ref = nbquant.quantize_dynamic(x, dtype, packed=packed, backend="reference", **kwargs)
     assert all(is_device_array(a) for a in got)
     for a, b in zip(got, ref, strict=True):
-        np.testing.assert_array_equal(a.copy_to_host().view(np.uint8 if b.dtype.itemsize == 1 else b.dtype),
+        np.testing.assert_array_equal(host_copy(a).view(np.uint8 if b.dtype.itemsize == 1 else b.dtype),
                                       b.view(np.uint8 if b.dtype.itemsize == 1 else b.dtype))
-    s, z = nbquant.choose_qparams(cuda.to_device(x), dtype, **kwargs)
+    s, z = nbquant.choose_qparams(device_copy(x), dtype, **kwargs)
     assert is_device_array(s) and is_device_array(z)
-    np.testing.assert_array_equal(s.copy_to_host(), ref[1])
-    np.testing.assert_array_equal(z.copy_to_host(), ref[2])
+    np.testing.assert_array_equal(host_copy(s), ref[1])
+    np.testing.assert_array_equal(host_copy(z), ref[2])
     with pytest.raises(BackendUnavailableError, match="host"):
-        nbquant.quantize_dynamic(cuda.to_device(x), dtype, backend="cpu", **kwargs)
+        nbquant.quantize_dynamic(device_copy(x), dtype, backend="cpu", **kwargs)
 
 
 def test_dynamic_empty_device_input(cuda):
-    q, s, z = nbquant.quantize_dynamic(cuda.to_device(np.zeros((0, 4), np.float32)), "int8", axis=1)
+    q, s, z = nbquant.quantize_dynamic(device_copy(np.zeros((0, 4), np.float32)), "int8", axis=1)
     assert is_device_array(q) and q.shape == (0, 4)
     assert is_device_array(s) and s.shape == (4,)
 
 
 def _host(a):
-    return a.copy_to_host() if is_device_array(a) else np.asarray(a)
+    return host_copy(a) if is_device_array(a) else np.asarray(a)
 
 
 def test_modelopt_ops_keep_device_arrays_on_the_device(cuda):
@@ -212,7 +213,7 @@ def test_modelopt_ops_keep_device_arrays_on_the_device(cuda):
     g = rng.standard_normal((6, 16)).astype(np.float32)
     amax = np.abs(x).max(axis=1, keepdims=True) * np.float32(0.8)
     amax[1] = 1.5
-    dx, dg = cuda.to_device(x), cuda.to_device(g)
+    dx, dg = device_copy(x), device_copy(g)
     calls = [
         (lambda a, **k: nbquant.modelopt.fake_tensor_quant(a, amax, 4, **k)),
         (lambda a, **k: nbquant.modelopt.fake_tensor_quant(a, None, (4, 3), axis=0, **k)),
@@ -228,7 +229,7 @@ def test_modelopt_ops_keep_device_arrays_on_the_device(cuda):
                         strict=True):
             assert is_device_array(a)
             np.testing.assert_array_equal(_host(a).view(np.uint32), np.asarray(b).view(np.uint32))
-    got = nbquant.modelopt.fake_tensor_quant_backward(dg, dx, cuda.to_device(amax))
+    got = nbquant.modelopt.fake_tensor_quant_backward(dg, dx, device_copy(amax))
     ref = nbquant.modelopt.fake_tensor_quant_backward(g, x, amax, backend="reference")
     assert is_device_array(got)
     np.testing.assert_array_equal(_host(got), ref)
@@ -242,12 +243,12 @@ def test_modelopt_ops_keep_device_arrays_on_the_device(cuda):
 def test_modelopt_unsigned_check_on_the_device(cuda):
     """modelopt raises for unsigned when ``x.min() < 0`` (a NaN min does not raise), on host and device alike."""
     neg = np.array([[0.5, -0.25, 1.0]], np.float32)
-    for a in (neg, cuda.to_device(neg)):
+    for a in (neg, device_copy(neg)):
         with pytest.raises(TypeError, match="unsigned"):
             nbquant.modelopt.fake_tensor_quant(a, 1.0, 8, unsigned=True)
     with_nan = np.array([[0.5, -0.25, np.nan]], np.float32)
     ref = nbquant.modelopt.fake_tensor_quant(with_nan, 1.0, 8, unsigned=True, backend="reference")
-    got = nbquant.modelopt.fake_tensor_quant(cuda.to_device(with_nan), 1.0, 8, unsigned=True)
+    got = nbquant.modelopt.fake_tensor_quant(device_copy(with_nan), 1.0, 8, unsigned=True)
     np.testing.assert_array_equal(_host(got).view(np.uint32), ref.view(np.uint32))
 
 
@@ -261,7 +262,7 @@ def test_calibrators_collect_device_arrays(cuda):
                  lambda: nbquant.modelopt.HistogramCalibrator(num_bins=64, skip_zeros=True)):
         on_device, on_host = make(), make()
         for b in batches:
-            on_device.collect(cuda.to_device(b))
+            on_device.collect(device_copy(b))
             on_host.collect(b)
         np.testing.assert_array_equal(on_device.compute_amax(), on_host.compute_amax())
         if isinstance(on_host, nbquant.modelopt.HistogramCalibrator):
@@ -274,16 +275,16 @@ def test_block_formats_keep_device_arrays_on_the_device(cuda, fmt):
     x = (rng.standard_normal((3, 2, 64)) * 5).astype(np.float32)
     quantize = (lambda a, **k: nbquant.quantize_nvfp4(a, **k)) if fmt == "nvfp4" else \
         (lambda a, **k: nbquant.quantize_mx(a, fmt, **k))
-    got, ref = quantize(cuda.to_device(x)), quantize(x, backend="reference")
+    got, ref = quantize(device_copy(x)), quantize(x, backend="reference")
     assert is_device_array(got.data) and is_device_array(got.scales)
     assert got.data.dtype == ref.data.dtype and got.scales.dtype == ref.scales.dtype
-    np.testing.assert_array_equal(got.data.copy_to_host().view(np.uint8), ref.data.view(np.uint8))
-    np.testing.assert_array_equal(got.scales.copy_to_host().view(np.uint8), ref.scales.view(np.uint8))
+    np.testing.assert_array_equal(host_copy(got.data).view(np.uint8), ref.data.view(np.uint8))
+    np.testing.assert_array_equal(host_copy(got.scales).view(np.uint8), ref.scales.view(np.uint8))
     back = got.dequantize(out_dtype=np.float16)
     assert is_device_array(back)
-    np.testing.assert_array_equal(back.copy_to_host(), ref.dequantize(out_dtype=np.float16, backend="reference"))
+    np.testing.assert_array_equal(host_copy(back), ref.dequantize(out_dtype=np.float16, backend="reference"))
     with pytest.raises(ValueError, match="last axis"):
-        quantize(cuda.to_device(np.ascontiguousarray(x.transpose(0, 2, 1))), axis=1)
+        quantize(device_copy(np.ascontiguousarray(x.transpose(0, 2, 1))), axis=1)
     with pytest.raises(TypeError, match="both"):
         nbquant.dequantize_mx(got.data, ref.scales, "mxfp8_e4m3")
 
@@ -291,23 +292,23 @@ def test_block_formats_keep_device_arrays_on_the_device(cuda, fmt):
 @pytest.mark.parametrize("scale_block_size", [None, 4])
 def test_nf4_keeps_device_arrays_on_the_device(cuda, scale_block_size):
     x = np.random.default_rng(12).standard_normal((4, 64)).astype(np.float32)
-    got = nbquant.quantize_nf4(cuda.to_device(x), block_size=16, scale_block_size=scale_block_size)
+    got = nbquant.quantize_nf4(device_copy(x), block_size=16, scale_block_size=scale_block_size)
     ref = nbquant.quantize_nf4(x, block_size=16, scale_block_size=scale_block_size, backend="reference")
     assert is_device_array(got.data) and is_device_array(got.scales)
-    np.testing.assert_array_equal(got.data.copy_to_host(), ref.data)
-    np.testing.assert_array_equal(got.scales.copy_to_host(), ref.scales)
+    np.testing.assert_array_equal(host_copy(got.data), ref.data)
+    np.testing.assert_array_equal(host_copy(got.scales), ref.scales)
     back = got.dequantize()
     assert is_device_array(back)
-    np.testing.assert_array_equal(back.copy_to_host(), ref.dequantize(backend="reference"))
+    np.testing.assert_array_equal(host_copy(back), ref.dequantize(backend="reference"))
 
 
 def test_stream_is_used(cuda):
     stream = cuda.stream()
     x = np.linspace(-3, 3, 50, dtype=np.float32)
     with use_cuda_stream(stream):
-        q = nbquant.quantize(cuda.to_device(x, stream=stream), 0.05, "int8")
+        q = nbquant.quantize(device_copy(x, stream=stream), 0.05, "int8")
         stream.synchronize()
-    np.testing.assert_array_equal(q.copy_to_host(), nbquant.quantize(x, 0.05, "int8", backend="reference"))
+    np.testing.assert_array_equal(host_copy(q), nbquant.quantize(x, 0.05, "int8", backend="reference"))
 
 
 def test_every_launched_signature_is_in_the_ptx_check(cuda):
@@ -362,25 +363,25 @@ def test_block_entry_points_take_device_arrays(cuda):
     codes, scales = np.empty((3, 16), np.uint8), np.empty((3, 4), np.uint8)
     cpu_blocks.block_quantize(x, spec, (codes, scales))
     d_codes, d_scales = cuda.device_array((3, 16), np.uint8), cuda.device_array((3, 4), np.uint8)
-    _cuda.block_quantize(cuda.to_device(x), spec, (d_codes, d_scales))
-    np.testing.assert_array_equal(d_codes.copy_to_host(), codes)
-    np.testing.assert_array_equal(d_scales.copy_to_host(), scales)
+    _cuda.block_quantize(device_copy(x), spec, (d_codes, d_scales))
+    np.testing.assert_array_equal(host_copy(d_codes), codes)
+    np.testing.assert_array_equal(host_copy(d_scales), scales)
     out_spec = _mx_spec("mxfp4", 8, True, out_dtype=np.float16)
     out = np.empty((3, 32), np.float16)
     cpu_blocks.block_dequantize((codes, scales), out_spec, out)
     d_out = cuda.device_array((3, 32), np.float16)
     _cuda.block_dequantize((d_codes, d_scales), out_spec, d_out)
-    np.testing.assert_array_equal(d_out.copy_to_host().view(np.uint16), out.view(np.uint16))
+    np.testing.assert_array_equal(host_copy(d_out).view(np.uint16), out.view(np.uint16))
     finite = np.nan_to_num(x.astype(np.float32))
-    assert _cuda.amax(cuda.to_device(finite)) == cpu_blocks.amax(finite)
-    assert np.isnan(_cuda.amax(cuda.to_device(x)))
+    assert _cuda.amax(device_copy(finite)) == cpu_blocks.amax(finite)
+    assert np.isnan(_cuda.amax(device_copy(x)))
     nv = BlockSpec(get_block_format("nvfp4"), 16, NVFP4Params(np.float32(0.01)))
     codes, scales = np.empty((3, 16), np.uint8), np.empty((3, 2), np.uint8)
     cpu_blocks.block_quantize(x, nv, (codes, scales))
     d_codes, d_scales = cuda.device_array((3, 16), np.uint8), cuda.device_array((3, 2), np.uint8)
-    _cuda.block_quantize(cuda.to_device(x), nv, (d_codes, d_scales))
-    np.testing.assert_array_equal(d_codes.copy_to_host(), codes)
-    np.testing.assert_array_equal(d_scales.copy_to_host(), scales)
+    _cuda.block_quantize(device_copy(x), nv, (d_codes, d_scales))
+    np.testing.assert_array_equal(host_copy(d_codes), codes)
+    np.testing.assert_array_equal(host_copy(d_scales), scales)
 
 
 # --- real hardware ---------------------------------------------------------------------------------
@@ -423,4 +424,4 @@ def test_gpu_cupy_and_torch_zero_copy():
     for a in arrays:
         q = nbquant.quantize(a, 0.01, "int8")
         assert is_device_array(q)
-        np.testing.assert_array_equal(q.copy_to_host(), ref)
+        np.testing.assert_array_equal(host_copy(q), ref)

@@ -13,6 +13,7 @@ import os
 import ml_dtypes
 import numpy as np
 import pytest
+from _helpers import device_copy, host_copy
 
 import nbquant
 from nbquant.backends import is_device_array, use_cuda_stream
@@ -72,12 +73,12 @@ def test_torch_cuda_tensors_in_and_back(torch, dtype, wrap):
     assert is_device_array(q)
     x = _host_bits(torch, t)
     ref = nbquant.quantize(x, scale, "int8", axis=0, backend="reference")
-    np.testing.assert_array_equal(q.copy_to_host(), ref)
+    np.testing.assert_array_equal(host_copy(q), ref)
     back = torch.as_tensor(q, device="cuda")  # zero-copy the other way
     assert back.data_ptr() == q.device_ctypes_pointer.value
     y = nbquant.dequantize(q, scale, axis=0, out_dtype=ml_dtypes.bfloat16)
     y_ref = nbquant.dequantize(ref, scale, axis=0, out_dtype=ml_dtypes.bfloat16, backend="reference")
-    np.testing.assert_array_equal(y.copy_to_host().view(np.int16), y_ref.view(np.int16))
+    np.testing.assert_array_equal(host_copy(y).view(np.int16), y_ref.view(np.int16))
 
 
 def test_torch_stream_orders_the_work(torch):
@@ -102,12 +103,12 @@ def test_numba_stream_and_device_out(torch):
     stream = cuda.stream()
     out = cuda.device_array((513, 500), np.uint8)
     with use_cuda_stream(stream):
-        r = nbquant.quantize(cuda.to_device(x, stream=stream), scale, "int4", axis=1, block_size=40, packed=True,
+        r = nbquant.quantize(device_copy(x, stream=stream), scale, "int4", axis=1, block_size=40, packed=True,
                              out=out)
     stream.synchronize()
     assert r is out
     ref = nbquant.quantize(x, scale, "int4", axis=1, block_size=40, packed=True, backend="reference")
-    np.testing.assert_array_equal(out.copy_to_host(), ref)
+    np.testing.assert_array_equal(host_copy(out), ref)
 
 
 def test_above_two_to_the_31_elements(torch):

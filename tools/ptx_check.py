@@ -87,6 +87,13 @@ def f64_violations(ptx: str, f64_input: bool) -> list[str]:
 NO_FMA_PREFIX = "gguf_"
 FMA = "fma.rn.f32"
 
+#: libdevice's float min/max, which no kernel may call: numba-cuda lowers the builtin ``max``/``min`` of floats to
+#: ``__nv_fmaxf``/``__nv_fminf``, which drop a NaN and may return either zero, where Numba's cpu ``max`` keeps the
+#: first operand unless the second is greater (found on an H100: ``max(-0.0, 0.0)`` gave ``+0.0``). The element
+#: layer compares instead (``max_f32``, ``min_f32``). Checked on the lowered LLVM IR: NVVM itself turns a
+#: compare-and-select into ``max.f32`` where it proves the result the same (an operand that is never NaN).
+LIBDEVICE_MINMAX = re.compile(r"(?<=@)\"?(__nv_f(?:max|min)f?)\b")
+
 
 #: The compute capability every signature is lowered at. numba-cuda 0.30's lowering reads the target's compute
 #: capability in two places only (``nvvmutils.declare_atomic_add_float64``: native below 6.0 or not;
@@ -116,7 +123,8 @@ def _compile_signature(index: int, arches: list[int]):
             fn, sig.args, debug=False, lineinfo=False, device=False, fastmath=False, cc=LOWERING_CC, opt=True,
             abi="numba", abi_info=None, forceinline=False, launch_bounds=None, lto=False)
     except Exception as exc:  # report every failure, then fail
-        return label, f64_input, [(arch, "", f"{type(exc).__name__}: {exc}") for arch in arches]
+        return label, f64_input, [(arch, "", f"{type(exc).__name__}: {exc}") for arch in arches], []
+    minmax = sorted(set(LIBDEVICE_MINMAX.findall(library.get_llvm_str())))
     per_arch = []
     for arch in arches:
         try:
@@ -124,7 +132,7 @@ def _compile_signature(index: int, arches: list[int]):
             per_arch.append((arch, ptx, ""))
         except Exception as exc:
             per_arch.append((arch, "", f"{type(exc).__name__}: {exc}"))
-    return label, f64_input, per_arch
+    return label, f64_input, per_arch, minmax
 
 
 #: The signature whose PTX is also compiled the direct way (``compile_ptx`` per arch) on every run, to show that
@@ -199,7 +207,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'equals' if same else 'DIFFERS from'} compile_ptx's for every arch")
             if not same:
                 failures.append(f"{compiled[verified][0]}: the PTX of one lowering differs from compile_ptx's")
-        for index, (label, f64_input, per_arch) in compiled.items():
+        for index, (label, f64_input, per_arch, minmax) in compiled.items():
+            if minmax:
+                failures.append(f"{label}: calls {', '.join(minmax)} (the builtin max/min of floats), which differ "
+                                "from the cpu's max/min on NaN and signed zeros")
             for arch, ptx, error in per_arch:
                 if error:
                     failures.append(f"{label} sm_{arch}: compile_ptx failed: {error}")

@@ -12,7 +12,18 @@ from __future__ import annotations
 import numpy as np
 
 from ..modes import Mapping
-from .bits import _from_f32, _to_f32, bits_f32, canonical_f32, element_function, key_f32, load_f32, rint_f32
+from .bits import (
+    _from_f32,
+    _to_f32,
+    bits_f32,
+    canonical_f32,
+    element_function,
+    key_f32,
+    load_f32,
+    max_f32,
+    min_f32,
+    rint_f32,
+)
 
 __all__ = [
     "AMAX_TINY",
@@ -93,7 +104,7 @@ def quantize_value(x, scale, zero_point, scale_op, zero_point_before, qmin, qmax
     v = np.float32(0.0) if v != v else v
     z_before = z if zero_point_before else np.float32(-0.0)
     r = in_precision(rint_f32(in_precision(v + z_before, scale_op)) - (z_before - z), scale_op)
-    return min(max(r, np.float32(qmin)), np.float32(qmax))
+    return min_f32(max_f32(r, np.float32(qmin)), np.float32(qmax))
 
 
 @element_function
@@ -153,7 +164,7 @@ def affine_qparams(mn, mx, mapping, qmin, qmax, half_range, eps, zp_sym):
     min_neg = zero if a >= zero else a
     max_pos = zero if b <= zero else b
     if mapping == Mapping.SYMMETRIC:
-        s = max(-min_neg, max_pos) / np.float32(half_range)
+        s = max_f32(-min_neg, max_pos) / np.float32(half_range)
     elif mapping == Mapping.SYMMETRIC_NO_CLIPPING_ERR:
         smin = min_neg / lo
         smax = max_pos / hi
@@ -162,12 +173,12 @@ def affine_qparams(mn, mx, mapping, qmin, qmax, half_range, eps, zp_sym):
         s = (max_pos - min_neg) / (hi - lo)
         if s == np.float32(np.inf):  # a finite range wider than FLT_MAX: divide each end first
             s = max_pos / (hi - lo) - min_neg / (hi - lo)
-    s = max(s, np.float32(eps))
+    s = max_f32(s, np.float32(eps))
     z = np.float32(zp_sym)
     if mapping == Mapping.ASYMMETRIC:
         r = rint_f32(min_neg / s)
         r = zero if r != r else r
-        z = min(max(lo - r, lo), hi)
+        z = min_f32(max_f32(lo - r, lo), hi)
     if nan:
         s = bits_f32(0x7FC00000)
         z = lo if mapping == Mapping.ASYMMETRIC else z
@@ -214,7 +225,7 @@ def amax_code(x, s, qmin, qmax):
     depends on the hardware (x86 keeps an operand's, a GPU writes 0x7fffffff).
     """
     v = rint_f32(load_f32(x) * np.float32(s))
-    c = min(max(v, np.float32(qmin)), np.float32(qmax))
+    c = min_f32(max_f32(v, np.float32(qmin)), np.float32(qmax))
     return canonical_f32(v) if v != v else c
 
 
@@ -225,7 +236,7 @@ def affine_fake_value(x, step, qz, lo, hi):
     NaN propagates.
     """
     v = rint_f32(load_f32(x) / np.float32(step)) - qz
-    q = min(max(v, lo), hi)
+    q = min_f32(max_f32(v, lo), hi)
     q = v if v != v else q
     return (q + qz) * step
 

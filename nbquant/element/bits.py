@@ -23,6 +23,8 @@ __all__ = [
     "load_f32",
     "store_float",
     "canonical_f32",
+    "max_f32",
+    "min_f32",
     "f32_bits",
     "bits_f32",
     "ashr32",
@@ -190,6 +192,24 @@ def store_float(v, like):
 def canonical_f32(v):
     """``v`` as float32, a NaN as the canonical one (what every float output holds: see :func:`_from_f32`)."""
     return _from_f32(np.float32(v), np.float32(0.0))
+
+
+@element_function
+def max_f32(a, b):
+    """``max(a, b)`` as Numba's cpu ``max`` has it, on every target: ``b`` only when ``b > a``.
+
+    A NaN ``b`` never wins, a NaN ``a`` stays, and ``max(-0.0, 0.0)`` is ``-0.0``. Found on a
+    GPU: numba-cuda lowers the builtin ``max`` of floats to ``fmaxf``, which drops a NaN and
+    returns ``+0.0`` there (a negative value clamped at 0 lost its sign).
+    """
+    return b if b > a else a
+
+
+@element_function
+def min_f32(a, b):
+    """``min(a, b)`` as Numba's cpu ``min`` has it, on every target: ``b`` only when ``b < a`` (see
+    :func:`max_f32`)."""
+    return b if b < a else a
 
 
 @element_function

@@ -7,7 +7,7 @@ import numpy as np
 from ..formats import get_format
 from ..modes import ScaleOp
 from .affine import code_bits, quantize_value
-from .bits import bits_f32, element_function, f32_bits
+from .bits import bits_f32, element_function, f32_bits, max_f32
 from .minifloat import decode_e8m0, encode_fp
 
 __all__ = [
@@ -73,7 +73,7 @@ def nvfp4_block_scale(amax, six_global):
     """modelopt's NVFP4 block scale code: ``e4m3(max(amax / (6 * global), 2**-9))``, 0 read as 1, NaN kept."""
     s = np.float32(amax) / np.float32(six_global)  # float32 even where a caller passes float64 (the simulator)
     s = np.float32(1.0) if s == 0 else s
-    s = s if s != s else max(s, np.float32(0.001953125))
+    s = s if s != s else max_f32(s, np.float32(0.001953125))
     return encode_fp(s, E4M3, True)
 
 

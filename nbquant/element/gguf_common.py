@@ -54,18 +54,27 @@ def sum_squares(x, c, n):
 
 @element_function
 def ggml_f16(v):
-    """ggml's ``GGML_FP32_TO_FP16``: float16 bits of ``v``, round half to even; a NaN keeps its sign as ``0x7e00``."""
+    """ggml's ``GGML_FP32_TO_FP16``: float16 bits of ``v``, round half to even; a NaN is ``0xfe00``.
+
+    A NaN scale comes from an invalid operation (``inf / inf`` where a block's squares overflow),
+    and x86 writes its default NaN, ``0xffc00000``, stored as ``0xfe00``. The sign of a NaN is not
+    portable: a GPU's arithmetic writes ``0x7fffffff`` (found on an H100), so the sign is not read.
+    """
     v = np.float32(v)
     if v != v:
-        return np.int64(0x7E00) | ((f32_bits(v) >> 16) & 0x8000)
+        return np.int64(0xFE00)
     return np.int64(store_float(v, np.uint16(0)))
 
 
 @element_function
 def nearest_int(v):
-    """ggml's ``nearest_int``: ``v + 1.5 * 2**23`` in float32, then its low mantissa bits (round half to even)."""
+    """ggml's ``nearest_int``: ``v + 1.5 * 2**23`` in float32, then its low mantissa bits (round half to even).
+
+    A NaN gives 0: the low bits of x86's default NaN (``0xffc00000``), which every NaN an operation
+    makes on x86 carries; a GPU's NaN (``0x7fffffff``) would give ``0x3fffff`` (found on an H100).
+    """
     w = np.float32(np.float32(v) + np.float32(12582912.0))
-    return (f32_bits(w) & 0x7FFFFF) - 0x400000
+    return np.int64(0) if w != w else (f32_bits(w) & 0x7FFFFF) - 0x400000
 
 
 _INT_RANGE = np.float32(2147483648.0)

@@ -32,13 +32,15 @@ _I32 = ir.IntType(32)
 
 @intrinsic
 def _clamped_low_bits(typingctx, w, lo, hi):
-    """``float(clamp((bits(w) & 0x7FFFFF) - 0x400000, lo, hi))`` in 32-bit integers (no 64-bit lane in a loop)."""
+    """``float(clamp((bits(w) & 0x7FFFFF) - 0x400000, lo, hi))`` in 32-bit integers (no 64-bit lane in a loop); a
+    NaN ``w`` counts as 0, as in :func:`~nbquant.element.gguf_common.nearest_int`."""
     if w != types.float32:
         return None
 
     def codegen(context, builder, signature, args):
         low = builder.sub(builder.and_(builder.bitcast(args[0], _I32), ir.Constant(_I32, 0x7FFFFF)),
                           ir.Constant(_I32, 0x400000))
+        low = builder.select(builder.fcmp_unordered("uno", args[0], args[0]), ir.Constant(_I32, 0), low)
         bottom, top = builder.trunc(args[1], _I32), builder.trunc(args[2], _I32)
         low = builder.select(builder.icmp_signed(">", low, top), top, low)
         low = builder.select(builder.icmp_signed("<", low, bottom), bottom, low)

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..modes import NanRule
 from .affine import AMAX_TINY, scaled
-from .bits import ashr32, bits_f32, element_function, f32_bits, load_f32, rint_f32, shl32
+from .bits import ashr32, bits_f32, element_function, f32_bits, load_f32, max_f32, min_f32, rint_f32, shl32
 
 __all__ = [
     "encode_minifloat",
@@ -176,6 +176,6 @@ def scaled_minifloat_fake(x, s, inv_s, maxval, fp):
     """``decode(encode(clamp(x * s, -maxval, maxval))) * inv_s`` (NaN stays NaN): modelopt's fp8 fake quant."""
     m = np.float32(maxval)
     v = load_f32(x) * np.float32(s)
-    c = min(max(v, -m), m)
+    c = min_f32(max_f32(v, -m), m)
     c = v if v != v else c
     return decode_fp(encode_fp(c, fp, True), fp) * np.float32(inv_s)

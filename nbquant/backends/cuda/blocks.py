@@ -355,9 +355,7 @@ class BlockOps(BlockKernelOps):
         result = runtime.to_device(np.zeros(1, np.uint32), stream)
         blocks, threads = runtime.reduction_grid(int(d.size))
         amax_kernel.launch(blocks, threads, stream, (d, result), d.dtype)
-        bits = result.copy_to_host(stream=stream)
-        stream.synchronize()
-        return float32_from_bits(int(bits[0]))
+        return float32_from_bits(int(runtime.to_host(result)[0]))
 
 
 import_kernel_modules(__package__)

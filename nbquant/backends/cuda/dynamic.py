@@ -281,9 +281,7 @@ class DynamicOps:
         """Reduced keys ``(lo, hi)`` as flat host arrays over the block grid."""
         stream = runtime.current_stream()
         lo, hi = _reduce_device(x, spec, stream)
-        lo_h, hi_h = lo.copy_to_host(stream=stream), hi.copy_to_host(stream=stream)
-        stream.synchronize()
-        return lo_h, hi_h
+        return runtime.to_host(lo), runtime.to_host(hi)
 
     def choose_qparams(self, x, spec, scale, zp) -> None:
         """Fill the flat block-grid ``scale`` (float32) and ``zp`` (int32): a reduction, then the qparams kernel."""

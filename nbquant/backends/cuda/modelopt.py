@@ -127,6 +127,4 @@ class ModeloptOps:
         # fewer, fuller blocks than one per 256 elements: each adds up to nbins shared counts at its end
         blocks, threads = runtime.reduction_grid(-(-n // _HIST_PER_THREAD), _HIST_MAX_BLOCKS)
         histogram_kernel.launch(blocks, threads, stream, (flat, int(nbins), np.float32(top), counts), flat.dtype)
-        host = counts.copy_to_host(stream=stream)
-        stream.synchronize()
-        return host.astype(np.int64)
+        return runtime.to_host(counts).astype(np.int64)

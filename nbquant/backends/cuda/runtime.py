@@ -252,11 +252,30 @@ def as_device_array(a):
     from cuda.core.utils import StridedMemoryView  # DLPack-only producers (e.g. JAX)
 
     view = StridedMemoryView.from_dlpack(a, stream_ptr=-1)
-    dtype = dlpack_dtype(view.dtype)
-    strides = None if view.strides is None else tuple(s * dtype.itemsize for s in view.strides)
-    desc = {"shape": tuple(view.shape), "strides": strides, "typestr": dtype.str,
-            "data": (int(view.ptr), bool(view.readonly)), "version": 3}
-    return cuda.from_cuda_array_interface(desc, owner=a, sync=False)
+    desc, dtype = dlpack_interface(view.shape, view.strides, view.dtype, view.ptr, view.readonly)
+    d = cuda.from_cuda_array_interface(desc, owner=a, sync=False)
+    return d if d.dtype == dtype else d.view(dtype)
+
+
+def dlpack_interface(shape, strides, dtype, ptr: int, readonly: bool) -> tuple[dict, np.dtype]:
+    """The ``__cuda_array_interface__`` of a DLPack view (strides in elements), and the dtype to view it as.
+
+    The interface's ``typestr`` is a plain NumPy type: ml_dtypes' ``bfloat16.str`` is ``'<V2'``, which numba
+    reads back as a 2-byte void (found on a GPU: torch's bfloat16 tensors were refused as ``|V2``), so bfloat16
+    travels as ``<u2`` and is viewed as bfloat16 afterwards.
+
+    Examples
+    --------
+    >>> desc, dtype = dlpack_interface((2, 3), (3, 1), np.dtype("V2"), 1024, False)
+    >>> desc["typestr"], desc["strides"], dtype
+    ('<u2', (6, 2), dtype(bfloat16))
+    """
+    dtype = dlpack_dtype(dtype)
+    plain = dtype if dtype.isbuiltin == 1 else np.dtype(f"<u{dtype.itemsize}")
+    strides = None if strides is None else tuple(s * dtype.itemsize for s in strides)
+    desc = {"shape": tuple(shape), "strides": strides, "typestr": plain.str, "data": (int(ptr), bool(readonly)),
+            "version": 3}
+    return desc, dtype
 
 
 def dlpack_dtype(dtype) -> np.dtype:
@@ -412,11 +431,12 @@ def to_device(a, stream=None):
 
 
 def to_host(a) -> np.ndarray:
-    """A host copy of the device array ``a`` (synchronised)."""
+    """A host copy of the device array ``a`` (synchronised), ml_dtypes dtypes included (see :func:`host_buffer`)."""
     stream = current_stream()
-    h = as_device_array(a).copy_to_host(stream=stream)
+    d = as_device_array(a)
+    h = _as_plain(d).copy_to_host(stream=stream)
     stream.synchronize()
-    return h
+    return h if h.dtype == d.dtype else h.view(d.dtype)
 
 
 def device_float(x, stream):

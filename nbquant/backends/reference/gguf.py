@@ -18,11 +18,11 @@ _FLT_MAX = _F(np.finfo(np.float32).max)
 
 
 def f16_bytes(v: np.ndarray) -> np.ndarray:
-    """ggml's float16 store: RNE; a NaN is 0x7e00 with its sign. Returns (..., 2) bytes."""
+    """ggml's float16 store: RNE; a NaN is 0xfe00, x86's default NaN (its sign is not portable, so not read).
+    Returns (..., 2) bytes."""
     with np.errstate(over="ignore", invalid="ignore"):
         h = v.astype(np.float16).view(np.uint16)
-    sign = ((v.view(np.uint32) >> 16) & 0x8000).astype(np.uint16)
-    h = np.where(np.isnan(v), np.uint16(0x7E00) | sign, h).astype("<u2")
+    h = np.where(np.isnan(v), np.uint16(0xFE00), h).astype("<u2")
     return h.view(np.uint8).reshape(*v.shape, 2)
 
 
@@ -40,8 +40,10 @@ def seq_sum(v: np.ndarray) -> np.ndarray:
 
 
 def nearest_int(v: np.ndarray) -> np.ndarray:
-    w = (v.astype(_F) + _F(12582912.0)).view(np.int32)
-    return ((w & 0x7FFFFF) - 0x400000).astype(np.int64)
+    """ggml's ``nearest_int``; a NaN gives 0 (the low bits of x86's default NaN, whatever NaN came)."""
+    f = v.astype(_F) + _F(12582912.0)
+    w = f.view(np.int32)
+    return np.where(np.isnan(f), 0, (w & 0x7FFFFF) - 0x400000).astype(np.int64)
 
 
 def _to_int(v: np.ndarray) -> np.ndarray:
