@@ -121,3 +121,44 @@ def test_launches_silence_the_occupancy_warning_numba_cuda_raises():
     from numba.cuda.core import errors
 
     assert runtime.NumbaPerformanceWarning is errors.NumbaPerformanceWarning
+
+
+#: NaNs of every sign and payload: x86's default (0xffc00000), NumPy's (0x7fc00000), a GPU's (0x7fffffff), its
+#: negation, and payloads an input can carry.
+NAN_BITS = [0xFFC00000, 0x7FC00000, 0x7FFFFFFF, 0xFFFFFFFF, 0x7FC00001, 0xFFA00000, 0x7F800001]
+
+
+def test_gguf_observations_of_a_nan_read_no_nan_bits():
+    """The second GPU run: 16 GGUF cases differed on rows whose squares overflow (``inf / inf``), because x86 makes
+    its default NaN there and a GPU ``0x7fffffff``, and ggml's rounding and float16 store read the NaN's bits.
+    Every place a GGUF element function reads a float's bits must give one answer for every NaN."""
+    from numba import njit
+
+    from nbquant.element.gguf_common import ggml_f16, nearest_int
+    from nbquant.element.gguf_search import nearest_clamped
+
+    @njit
+    def observe(v):
+        return nearest_int(v), nearest_clamped(v, -8, 7), nearest_clamped(v, 3, 15), ggml_f16(v)
+
+    nans = np.array(NAN_BITS, np.uint32).view(np.float32)
+    assert {observe(v) for v in nans} == {(0, 0.0, 3.0, 0xFE00)}
+    assert observe(np.float32(-2.5)) == (-2, -2.0, 3.0, 0xC100)
+
+
+def test_float_max_and_min_keep_the_cpu_semantics():
+    """The second GPU run: numba-cuda's builtin ``max`` of floats is ``fmaxf`` (``max(-0.0, 0.0)`` is ``+0.0``
+    there); the element layer's ``max_f32``/``min_f32`` compare, as Numba's cpu ``max``/``min`` do."""
+    from numba import njit
+
+    from nbquant.element.bits import max_f32, min_f32
+
+    @njit
+    def both(a, b):
+        return max_f32(a, b), min_f32(a, b), max(a, b), min(a, b)
+
+    nan = np.float32(np.nan)
+    for a, b in [(-0.0, 0.0), (0.0, -0.0), (nan, 1.0), (1.0, nan), (2.0, 3.0)]:
+        got = both(np.float32(a), np.float32(b))
+        assert np.array(got[:2], np.float32).view(np.uint32).tolist() == \
+            np.array(got[2:], np.float32).view(np.uint32).tolist()
