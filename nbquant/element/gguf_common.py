@@ -16,7 +16,7 @@ from numba.extending import intrinsic
 from .bits import element_function, f32_bits, store_float
 
 __all__ = ["mul_f32", "ggml_f16", "nearest_int", "put_u16", "put_u32", "get_u16", "get_u32", "trunc_i64",
-           "round_away", "sum_squares"]
+           "round_away", "sum_squares", "largest_magnitude", "largest_two"]
 
 _F32 = ir.FloatType()
 
@@ -50,6 +50,34 @@ def sum_squares(x, c, n):
         v = np.float32(x[c + j])
         s = s + mul_f32(v, v)
     return s
+
+
+@element_function
+def largest_magnitude(x, c, n):
+    """``(amax, value)``: the largest ``|x|`` of ``x[c:c + n]`` and the first value holding it, as ggml's
+    ``if (amax < fabsf(v))`` loops find them (a NaN never wins; both 0.0 for an all-zero block)."""
+    amax = np.float32(0.0)
+    mx = np.float32(0.0)
+    for j in range(n):
+        v = np.float32(x[c + j])
+        if abs(v) > amax:
+            amax = abs(v)
+            mx = v
+    return amax, mx
+
+
+@element_function
+def largest_two(fs, a, b, n):
+    """The largest of ``fs[a:a + n]`` and of ``fs[b:b + n]``, each at least 0.0 (ggml's ``max_scale`` and
+    ``max_min`` loops over a K-quant's sub-block scales and minima)."""
+    top_a = np.float32(0.0)
+    top_b = np.float32(0.0)
+    for j in range(n):
+        if fs[a + j] > top_a:
+            top_a = fs[a + j]
+        if fs[b + j] > top_b:
+            top_b = fs[b + j]
+    return top_a, top_b
 
 
 @element_function

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
-from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16, sum_squares
+from .gguf_common import get_u16, ggml_f16, largest_magnitude, mul_f32, nearest_int, put_u16, sum_squares
 from .gguf_search import W_SIGMA, W_SQUARE, search_weight
 
 __all__ = ["IQ4_NL", "IQ4_XS", "KVALUES", "iq4_nearest", "best_index", "iq4_accumulate", "iq4_try_inv", "iq4_better",
@@ -109,13 +109,7 @@ def _sums(x, qw, c, aux, wmode, inv):
 def iq4_search(x, qw, c, use_qw, sigma2):
     """The scale ggml's search picks for the 32 values ``x[c:c + 32]`` (0 for an all-but-zero block)."""
     wmode = W_SIGMA if use_qw else W_SQUARE
-    amax = np.float32(0.0)
-    mx = np.float32(0.0)
-    for j in range(32):
-        v = np.float32(x[c + j])
-        if abs(v) > amax:
-            amax = abs(v)
-            mx = v
+    amax, mx = largest_magnitude(x, c, 32)
     if amax < _EPS:
         return np.float32(0.0)
     d = -mx / KVALUES[0]
@@ -165,13 +159,7 @@ def iq4_xs_block(x, c, rec, o, qw, use_qw, fs):
 @element_function
 def iq4_xs_record(x, c, rec, o, fs):
     """The IQ4_XS record of ``x[c:c + 256]`` at ``rec[o:]`` from its sub-blocks' searched scales ``fs[0:8]``."""
-    max_scale = np.float32(0.0)
-    amax_scale = np.float32(0.0)
-    for ib in range(8):
-        s = fs[ib]
-        if abs(s) > amax_scale:
-            amax_scale = abs(s)
-            max_scale = s
+    max_scale = largest_magnitude(fs, 0, 8)[1]
     d = -max_scale / np.float32(32.0)
     put_u16(rec, o, ggml_f16(d))
     inv = np.float32(1.0) / d if d != 0 else np.float32(0.0)

@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
-from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16, sum_squares
+from .gguf_common import get_u16, ggml_f16, largest_magnitude, largest_two, mul_f32, nearest_int, put_u16, sum_squares
 from .gguf_iq4 import IQ4_XS, iq4_xs_block, iq4_xs_dequantize_block
 from .gguf_q2k import Q2_K, Q2K_SCRATCH, q2k_dequantize_block, q2k_quantize_block
 from .gguf_q3k import Q3_K, Q3K_SCRATCH, q3k_dequantize_block, q3k_quantize_block
@@ -112,13 +112,7 @@ def _kmin_scales(x, c, qw, use_qw, top, fs):
 @element_function
 def _kmin_levels(use_qw, fs):
     """The 6-bit scale and min codes (fs[40:48], fs[48:56]) of the searches' fs[0:40]; returns ``(d, dmin)``."""
-    max_scale = np.float32(0.0)
-    max_min = np.float32(0.0)
-    for j in range(8):
-        if fs[j] > max_scale:
-            max_scale = fs[j]
-        if fs[8 + j] > max_min:
-            max_min = fs[8 + j]
+    max_scale, max_min = largest_two(fs, 0, 8, 8)
     if use_qw:  # make_qp_quants of the scales (codes to fs[40:48]), then of the mins (fs[48:56])
         for t in range(2):
             fs[72 + t] = qp_search(fs, 8 * t, 8, 63, fs, 32, fs, 40 + 8 * t)
@@ -266,13 +260,7 @@ def q6k_blocks(x, c, nb, rec, o, type_size, qw, use_qw, xt, wt, st, acc, fs):
 @element_function
 def _q6k_record(x, c, rec, o, fs):
     """The Q6_K record at ``rec[o:]`` from the sub-block searches' scales fs[0:16] and codes' iscales fs[16:32]."""
-    max_scale = np.float32(0.0)
-    max_abs = np.float32(0.0)
-    for j in range(16):
-        scale = fs[j]
-        if abs(scale) > max_abs:
-            max_abs = abs(scale)
-            max_scale = scale
+    max_abs, max_scale = largest_magnitude(fs, 0, 16)
     if max_abs < np.float32(1e-15):
         for k in range(210):
             rec[o + k] = np.uint8(0)

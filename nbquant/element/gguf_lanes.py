@@ -34,6 +34,7 @@ from .gguf_search import (
     W_SIGMA,
     W_SQUARE,
     kx_search_lanes,
+    largest_magnitude_lanes,
     qx_search_lanes,
     search_weight,
 )
@@ -51,20 +52,6 @@ LANE_ACC_ROWS = max(KX_ACC_ROWS, 2)
 
 
 @element_function
-def _signed_max_lanes(xt, st, lanes, n):
-    """Each lane's value of largest magnitude (the first of equal ones) to ``st[_MX]``, its magnitude ``st[_AMAX]``."""
-    for lane in range(lanes):
-        st[_MX, lane] = np.float32(0.0)
-        st[_AMAX, lane] = np.float32(0.0)
-    for j in range(n):
-        for lane in range(lanes):
-            v = xt[j, lane]
-            bigger = abs(v) > st[_AMAX, lane]
-            st[_AMAX, lane] = abs(v) if bigger else st[_AMAX, lane]
-            st[_MX, lane] = v if bigger else st[_MX, lane]
-
-
-@element_function
 def q3_search_lanes(xt, lt, st, acc, lanes):
     """``make_q3_quants(16, 4, x, L, true)`` of ``lanes`` sub-blocks side by side (values ``xt[:16, l]``).
 
@@ -72,7 +59,7 @@ def q3_search_lanes(xt, lt, st, acc, lanes):
     A refinement pass that changes no code leaves its lane as it was, so the passes run
     until none changes in any lane (at most five), each lane's result that of the one-block search.
     """
-    _signed_max_lanes(xt, st, lanes, 16)
+    largest_magnitude_lanes(xt, st, _AMAX, _MX, lanes, 16)
     for lane in range(lanes):
         st[_STEP, lane] = np.float32(-4.0) / st[_MX, lane]
         acc[0, lane] = np.float32(0.0)
@@ -121,7 +108,7 @@ def _iq4_sums_lanes(xt, wt, st, acc, lanes):
 def iq4_search_lanes(xt, wt, st, acc, lanes):
     """:func:`~nbquant.element.gguf_iq4.iq4_search` of ``lanes`` 32-value sub-blocks side by side (values
     ``xt[:32, l]``, weights ``wt[:32, l]``): lane ``l``'s scale into ``st[0, l]``."""
-    _signed_max_lanes(xt, st, lanes, 32)
+    largest_magnitude_lanes(xt, st, _AMAX, _MX, lanes, 32)
     for lane in range(lanes):
         st[_STEP, lane] = np.float32(1.0) / (-st[_MX, lane] / KVALUES[0])
     _iq4_sums_lanes(xt, wt, st, acc, lanes)

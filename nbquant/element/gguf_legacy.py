@@ -27,7 +27,18 @@ from __future__ import annotations
 import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
-from .gguf_common import get_u16, get_u32, ggml_f16, mul_f32, put_u16, put_u32, round_away, sum_squares, trunc_i64
+from .gguf_common import (
+    get_u16,
+    get_u32,
+    ggml_f16,
+    largest_magnitude,
+    mul_f32,
+    put_u16,
+    put_u32,
+    round_away,
+    sum_squares,
+    trunc_i64,
+)
 from .gguf_iq4 import IQ4_NL, iq4_nl_block, iq4_nl_dequantize_block
 from .gguf_mxfp4 import MXFP4, mxfp4_dequantize_block, mxfp4_quantize_block
 from .gguf_search import W_SIGMA, kx_code, kx_search, qx_code, qx_search
@@ -88,13 +99,7 @@ def _sym(x, c, rec, o, nmax, qw, use_qw, sigma2):
     if use_qw:
         d, inv = qx_search(x, qw, c, 32, sigma2, W_SIGMA, nmax)
     else:
-        amax = np.float32(0.0)
-        mx = np.float32(0.0)
-        for j in range(32):
-            v = np.float32(x[c + j])
-            if amax < abs(v):
-                amax = abs(v)
-                mx = v
+        mx = largest_magnitude(x, c, 32)[1]
         d = mx / np.float32(-nmax)
         inv = np.float32(1.0) / d if d != 0 else np.float32(0.0)
     put_u16(rec, o, ggml_f16(d))

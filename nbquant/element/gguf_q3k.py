@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
-from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, put_u16, sum_squares
+from .gguf_common import get_u16, ggml_f16, largest_magnitude, mul_f32, nearest_int, put_u16, sum_squares
 from .gguf_search import W_DIRECT, W_SIGMA, nearest_clamped, qx_code, qx_level, qx_search, search_weight
 
 __all__ = ["Q3_K", "Q3K_SCRATCH", "q3_level", "q3_add", "q3_refine", "q3k_quantize_block", "q3k_sigma2", "q3k_record",
@@ -73,13 +73,7 @@ def q3_refine(v, fl, sumlx, suml2):
 @element_function
 def _q3_quants(x, c, fs, co):
     """``make_q3_quants(16, 4, x[c:], L, true)``: the scale; the codes (0..7, as floats) into ``fs[co:co + 16]``."""
-    mx = np.float32(0.0)
-    amax = np.float32(0.0)
-    for i in range(16):
-        v = np.float32(x[c + i])
-        if abs(v) > amax:
-            amax = abs(v)
-            mx = v
+    amax, mx = largest_magnitude(x, c, 16)
     if amax < _EPS:
         for i in range(16):
             fs[co + i] = np.float32(0.0)
@@ -161,13 +155,7 @@ def q3k_record(x, c, rec, o, use_qw, fs):
             _put_scale(rec, so, j, qx_code(fs, 0, j, np.int64(32), biscale))
         put_u16(rec, o + 108, ggml_f16(d_block))
     else:
-        max_scale = np.float32(0.0)
-        amax = np.float32(0.0)
-        for j in range(16):
-            s = fs[j]
-            if abs(s) > amax:
-                amax = abs(s)
-                max_scale = s
+        max_scale = largest_magnitude(fs, 0, 16)[1]
         if max_scale != 0:
             iscale = np.float32(-32.0) / max_scale
             for j in range(16):

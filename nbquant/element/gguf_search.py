@@ -17,12 +17,13 @@ from numba import types
 from numba.extending import intrinsic
 
 from .bits import element_function
-from .gguf_common import mul_f32, nearest_int
+from .gguf_common import largest_magnitude, mul_f32, nearest_int
 
 __all__ = ["W_SQUARE", "W_SIGMA", "W_DIRECT", "W_AVX", "search_weight", "qx_search", "qx_level", "qx_code",
            "kx_search", "kx_code", "kx_level", "kx_stored_level", "nearest_clamped", "kx_err_term", "kx_step_iscale",
            "kx_solve", "kx_search_lanes", "KX_SCALE", "KX_MIN", "KX_ISCALE", "KX_LOW", "KX_STATE_ROWS", "KX_ACC_ROWS",
-           "qx_step_iscale", "qx_better", "qx_search_lanes", "QX_SCALE", "QX_ISCALE", "QX_STATE_ROWS", "qp_search"]
+           "qx_step_iscale", "qx_better", "qx_search_lanes", "largest_magnitude_lanes", "QX_SCALE", "QX_ISCALE",
+           "QX_STATE_ROWS", "qp_search"]
 
 #: Weight modes: ``x**2``; ``qw * sqrt(aux + x**2)``; ``qw``; ``aux + |x|``.
 W_SQUARE, W_SIGMA, W_DIRECT, W_AVX = 0, 1, 2, 3
@@ -96,13 +97,7 @@ def qx_better(sumlx, suml2, best):
 @element_function
 def qx_search(x, qw, c, n, aux, wmode, nmax):
     """``make_qx_quants(n, nmax, x, L, 1, weights)``: ``(scale, iscale of the codes)``, iscale NaN if all zero."""
-    mx = np.float32(0.0)
-    amax = np.float32(0.0)
-    for j in range(n):
-        v = np.float32(x[c + j])
-        if abs(v) > amax:
-            amax = abs(v)
-            mx = v
+    amax, mx = largest_magnitude(x, c, n)
     if amax < _EPS:
         return np.float32(0.0), np.float32(np.nan)
     iscale = np.float32(-nmax) / mx
@@ -375,6 +370,21 @@ def _qx_sums_lanes(xt, wt, st, acc, lanes, n, nmax):
 
 
 @element_function
+def largest_magnitude_lanes(xt, st, amax_row, mx_row, lanes, n):
+    """:func:`~nbquant.element.gguf_common.largest_magnitude` of ``lanes`` blocks side by side (block ``l`` is
+    ``xt[:n, l]``): the magnitudes to ``st[amax_row]``, the values holding them to ``st[mx_row]``."""
+    for lane in range(lanes):
+        st[mx_row, lane] = np.float32(0.0)
+        st[amax_row, lane] = np.float32(0.0)
+    for j in range(n):
+        for lane in range(lanes):
+            v = xt[j, lane]
+            bigger = abs(v) > st[amax_row, lane]
+            st[amax_row, lane] = abs(v) if bigger else st[amax_row, lane]
+            st[mx_row, lane] = v if bigger else st[mx_row, lane]
+
+
+@element_function
 def qx_search_lanes(xt, wt, st, acc, lanes, n, nmax):
     """:func:`qx_search` of ``lanes`` blocks side by side: block ``l``'s values ``xt[:n, l]``, weights ``wt[:n, l]``.
 
@@ -382,15 +392,7 @@ def qx_search_lanes(xt, wt, st, acc, lanes, n, nmax):
     ``st[QX_SCALE, l]`` and ``st[QX_ISCALE, l]``. ``st`` (``QX_STATE_ROWS``, ``>= lanes``)
     and ``acc`` (2, ``>= lanes``) are float32 scratch.
     """
-    for lane in range(lanes):
-        st[_QX_MX, lane] = np.float32(0.0)
-        st[_QX_AMAX, lane] = np.float32(0.0)
-    for j in range(n):
-        for lane in range(lanes):
-            v = xt[j, lane]
-            bigger = abs(v) > st[_QX_AMAX, lane]
-            st[_QX_AMAX, lane] = abs(v) if bigger else st[_QX_AMAX, lane]
-            st[_QX_MX, lane] = v if bigger else st[_QX_MX, lane]
+    largest_magnitude_lanes(xt, st, _QX_AMAX, _QX_MX, lanes, n)
     for lane in range(lanes):
         st[_QX_STEP, lane] = np.float32(-nmax) / st[_QX_MX, lane]
     _qx_sums_lanes(xt, wt, st, acc, lanes, n, nmax)
