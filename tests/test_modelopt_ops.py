@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -57,6 +59,16 @@ def test_integer_hand_examples():
     assert z[:3].tolist() == [0.0, 0.0, 0.0] and np.isnan(z[3:]).all()
     u = nbquant.modelopt.fake_tensor_quant(np.array([0.5, 1.0], np.float32), 1.0, num_bits=8, unsigned=True)
     assert u.tolist() == [np.float32(128) / np.float32(255), 1.0]
+
+
+def test_tensor_quant_of_an_amax_below_maxbound_over_flt_max_warns_nothing(backend):
+    """``maxbound / amax`` overflows float32 for an amax under ~3.7e-37, where the scale is 1.0 anyway (amax is at
+    most 2**-24): no RuntimeWarning, which the test suite makes an error (found by the full tier's hypothesis run)."""
+    x = np.array([[1.3e-37, -2.3e-37, 4.0e-39, 0.0]], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        q, s = nbquant.modelopt.tensor_quant(x, None, 8, backend=backend)
+    assert float(s) == 1.0 and q.view(np.uint32).tolist() == [[0, 0x80000000, 0, 0]]
 
 
 def test_e4m3_hand_examples():

@@ -181,7 +181,7 @@ class INT4QTensor(BaseQuantizedTensor):
         codes = unpack_high_first(self._quantized_data).reshape(-1, b).astype(F32) - np.float32(8)
         if codes.shape[0] != s.shape[0]:
             raise ValueError(f"scale has {s.shape[0]} values; the codes hold {codes.shape[0]} blocks of {b}")
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             y = (codes / s.astype(F32)).astype(s.dtype)
         return self._crop_flat(y, out)
 

@@ -79,7 +79,7 @@ class NF4QTensor(BaseQuantizedTensor):
             data, scales = nq.data, nq.scales
         else:  # half: |q - table| in the half type (rounded), then argmin, as modelopt (N x 16 there too); NaN data
             scales = block_amax(blocks, {1: b})
-            with np.errstate(divide="ignore", invalid="ignore"):
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 q = (blocks.astype(F32) / scales.astype(F32)).astype(x.dtype).astype(F32).reshape(-1, 1)
                 d = np.abs((q - NF4_VALUES.astype(x.dtype).astype(F32)).astype(x.dtype).astype(F32))
             data = pack_high_first(np.argmin(np.where(np.isnan(d), -np.inf, d), axis=1))
@@ -211,7 +211,7 @@ class NVFP4QTensor(BaseQuantizedTensor):
         else:  # a given block scale, a zero or non-finite global scale, NaN or inf data: IEEE quotients
             if weights_scaling_factor is None:
                 amax = block_amax(x, {x.ndim - 1: b}).astype(F32)
-                with np.errstate(divide="ignore", invalid="ignore"):
+                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                     per_block = amax / (np.float32(6) * np.float32(wsf2))
                 wsf = np.clip(np.where(per_block == 0, np.float32(1), per_block), np.float32(2 ** -9),
                               np.float32(448)).astype(ml_dtypes.float8_e4m3fn)
@@ -220,7 +220,7 @@ class NVFP4QTensor(BaseQuantizedTensor):
                 if wsf.dtype != np.dtype(ml_dtypes.float8_e4m3fn):
                     wsf = np.asarray(as_real_array("weights_scaling_factor", wsf), F32)
             divisor = (wsf.astype(F32) * np.float32(wsf2)).reshape(*x.shape[:-1], -1)
-            with np.errstate(divide="ignore", invalid="ignore"):
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 v = x.astype(F32) / np.repeat(divisor, b, axis=-1)
             if keep_high_precision:
                 return v
@@ -286,7 +286,7 @@ class MXFP4QTensor(BaseQuantizedTensor):
             raise ValueError(f"input of shape {x.shape} must have a multiple of block_size={b} elements and an even "
                              "last dimension (modelopt's view(-1, block_size) and packing)")
         blocks = x.astype(F32).reshape(-1, b)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             e = np.ceil(np.maximum(np.log2(np.abs(blocks).max(axis=1, keepdims=True) / np.float32(6)),
                                    np.float32(-127)))
             v = (blocks / np.exp2(e)).reshape(-1)

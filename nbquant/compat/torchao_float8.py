@@ -175,7 +175,7 @@ def _quantize_affine_float8(tensor: npt.ArrayLike, scale: npt.ArrayLike,
     special = _special_elements(s, block)
     q = api.quantize(x, np.where((s == 0) | np.isnan(s), np.float32(1), s), fmt, block_size=block, saturate=True)
     if special is not None:  # IEEE: x / 0 is ±inf (saturates) or NaN, x / NaN is NaN; quotients taken in NumPy
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             quotient = x[special].astype(np.float32) / _expanded(s, block)[special]
         q[special] = api.quantize(quotient, np.float32(1), fmt, saturate=True)
     return q

@@ -269,7 +269,7 @@ def tensor_quant(
     (array([ 1., -4.,  7.], dtype=float32), array(3.5, dtype=float32))
     """
     _, codes, grid, spec, p = _fake(x, amax, num_bits, unsigned, narrow_range, axis, block_size, backend, True)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         s = np.float32(spec.maxbound) / grid
     s = np.where(grid <= np.float32(2.0 ** -24), np.float32(1), s).astype(np.float32)
     return codes, p.like_input(s.reshape(()) if spec.layout.num_blocks == 1 else s)
