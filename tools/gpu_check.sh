@@ -4,8 +4,8 @@
 #   tools/gpu_check.sh [PHASE...]       # default: env tests ratio gguf latency convert
 #
 # Output goes to $OUT when set (the device tool's folder), else /tmp/nbquant-gpu. Phases, each under its own
-# time limit (seconds: TESTS_LIMIT, RATIO_LIMIT, GGUF_LIMIT, CONVERT_LIMIT), each writing OUTDIR/<phase>.log, one line per phase in
-# OUTDIR/summary.txt (exit status and seconds):
+# time limit (seconds: TESTS_LIMIT, RATIO_LIMIT, GGUF_LIMIT, CONVERT_LIMIT), each writing OUTDIR/<phase>.log,
+# one line per phase in OUTDIR/summary.txt (exit status and seconds):
 #   env      the GPU, driver and Python packages (wheels in .whl/ are installed first, see below);
 #   tests    the backend suite on cuda (NBQUANT_TEST_BACKENDS=cuda: every test that uses the backend fixture,
 #            bit for bit against reference) + tests/test_cuda_simulator.py + the gpu-marked tests, pytest-xdist;
@@ -92,10 +92,11 @@ w('$src', hidden=2048, intermediate=5632, layers=4, vocab=32000, shard_bytes=320
 export -f env_info convert_both
 
 #: One case per kernel family, quantize and dequantize (names are matched as substrings).
-GGUF_FORMATS=${GGUF_FORMATS:-Q8_0,Q4_0,IQ4_NL,Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_XS}
 FAMILIES="q int8 per-channel axis0,q uint8 per-tensor zp,q int4 g32 packed,q fp8 e4m3 per-tensor,"
 FAMILIES+="q fp6 e3m2 per-tensor packed,q fp4 e2m1 g16 packed,mxfp4,q mxfp8,nvfp4,q int8 per-row dynamic,"
 FAMILIES+="q int4 g128 dynamic packed,q nf4 (block 64),calib max"
+#: The GGUF formats of the gguf phase (and of the cpu warm-up beside the tests).
+GGUF_FORMATS=${GGUF_FORMATS:-Q8_0,Q4_0,IQ4_NL,Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_XS}
 
 for p in $PHASES; do
     case $p in

@@ -16,7 +16,7 @@ from numba.extending import intrinsic
 from .bits import element_function, f32_bits, store_float
 
 __all__ = ["mul_f32", "ggml_f16", "nearest_int", "put_u16", "put_u32", "get_u16", "get_u32", "trunc_i64",
-           "round_away", "sum_squares", "largest_magnitude", "largest_two"]
+           "round_away", "sum_squares", "largest_magnitude", "nonnegative_maxima"]
 
 _F32 = ir.FloatType()
 
@@ -67,7 +67,7 @@ def largest_magnitude(x, c, n):
 
 
 @element_function
-def largest_two(fs, a, b, n):
+def nonnegative_maxima(fs, a, b, n):
     """The largest of ``fs[a:a + n]`` and of ``fs[b:b + n]``, each at least 0.0 (ggml's ``max_scale`` and
     ``max_min`` loops over a K-quant's sub-block scales and minima)."""
     top_a = np.float32(0.0)

@@ -22,7 +22,16 @@ import math
 import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
-from .gguf_common import get_u16, ggml_f16, largest_magnitude, largest_two, mul_f32, nearest_int, put_u16, sum_squares
+from .gguf_common import (
+    get_u16,
+    ggml_f16,
+    largest_magnitude,
+    mul_f32,
+    nearest_int,
+    nonnegative_maxima,
+    put_u16,
+    sum_squares,
+)
 from .gguf_iq4 import IQ4_XS, iq4_xs_block, iq4_xs_dequantize_block
 from .gguf_q2k import Q2_K, Q2K_SCRATCH, q2k_dequantize_block, q2k_quantize_block
 from .gguf_q3k import Q3_K, Q3K_SCRATCH, q3k_dequantize_block, q3k_quantize_block
@@ -112,7 +121,7 @@ def _kmin_scales(x, c, qw, use_qw, top, fs):
 @element_function
 def _kmin_levels(use_qw, fs):
     """The 6-bit scale and min codes (fs[40:48], fs[48:56]) of the searches' fs[0:40]; returns ``(d, dmin)``."""
-    max_scale, max_min = largest_two(fs, 0, 8, 8)
+    max_scale, max_min = nonnegative_maxima(fs, 0, 8, 8)
     if use_qw:  # make_qp_quants of the scales (codes to fs[40:48]), then of the mins (fs[48:56])
         for t in range(2):
             fs[72 + t] = qp_search(fs, 8 * t, 8, 63, fs, 32, fs, 40 + 8 * t)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .bits import canonical_f32, element_function, load_f32
-from .gguf_common import get_u16, ggml_f16, largest_two, mul_f32, nearest_int, put_u16, sum_squares
+from .gguf_common import get_u16, ggml_f16, mul_f32, nearest_int, nonnegative_maxima, put_u16, sum_squares
 from .gguf_search import W_AVX, W_SIGMA, kx_search, kx_stored_level, qp_search, search_weight
 
 __all__ = ["Q2_K", "Q2K_SCRATCH", "q2k_search_params", "q2k_sigma2", "q2k_quantize_block", "q2k_record",
@@ -110,7 +110,7 @@ def q2k_quantize_block(x, c, rec, o, qw, use_qw, fs):
 def q2k_record(x, c, rec, o, use_qw, fs):
     """The Q2_K record of ``x[c:c + 256]`` at ``rec[o:]`` from its sub-block searches' ``fs[0:80]`` (scales, minima,
     the codes' iscales and lows, summed weights)."""
-    max_scale, max_min = largest_two(fs, 0, 16, 16)
+    max_scale, max_min = nonnegative_maxima(fs, 0, 16, 16)
     d, dmin = _scale_bytes(rec, o, use_qw, max_scale, max_min, fs)
     put_u16(rec, o + 80, ggml_f16(d))
     put_u16(rec, o + 82, ggml_f16(dmin))
