@@ -115,6 +115,22 @@ def test_dlpack_interface_typestr_is_a_numpy_type(dtype):
     assert desc["strides"] == (3 * dtype.itemsize, dtype.itemsize) and desc["data"] == (4096, True)
 
 
+@pytest.mark.parametrize("typestr", ["<V2", "|V2", "<u2", "<f2", "<f4", "|u1"])
+def test_cuda_array_interface_bfloat16_is_read_as_bfloat16(typestr):
+    """The third GPU run: torch (2.11 and later) exports a bfloat16 tensor's ``__cuda_array_interface__`` with
+    ``typestr='<V2'`` (ml_dtypes' ``bfloat16.str``), which numba reads as a 2-byte void, so the tensor was refused
+    as ``|V2``. Only that typestr changes: everything else in the interface, and every other type, is kept."""
+    given = {"shape": (4, 3), "strides": None, "typestr": typestr, "data": (4096, True), "version": 3,
+             "stream": 7}
+    desc, view_as = runtime.cai_interface(given)
+    assert {k: v for k, v in desc.items() if k != "typestr"} == {k: v for k, v in given.items() if k != "typestr"}
+    if typestr.endswith("V2"):
+        assert (desc["typestr"], view_as) == ("<u2", np.dtype(ml_dtypes.bfloat16))
+    else:
+        assert (desc["typestr"], view_as) == (typestr, np.dtype(typestr))
+    assert np.dtype(desc["typestr"]).kind in "uf" and np.dtype(desc["typestr"]).itemsize == view_as.itemsize
+
+
 def test_launches_silence_the_occupancy_warning_numba_cuda_raises():
     """numba-cuda warns about small grids with its own class; silencing numba's (another class) printed the
     warning on every small call on the GPU."""

@@ -248,13 +248,36 @@ def as_device_array(a):
     if getattr(a, "__cuda_ndarray__", False):
         return a
     if hasattr(a, "__cuda_array_interface__"):
-        return cuda.as_cuda_array(a)
+        desc, dtype = cai_interface(a.__cuda_array_interface__)
+        d = cuda.from_cuda_array_interface(desc, owner=a)  # synchronizes on the producer's stream, as_cuda_array's way
+        return d if d.dtype == dtype else d.view(dtype)
     from cuda.core.utils import StridedMemoryView  # DLPack-only producers (e.g. JAX)
 
     view = StridedMemoryView.from_dlpack(a, stream_ptr=-1)
     desc, dtype = dlpack_interface(view.shape, view.strides, view.dtype, view.ptr, view.readonly)
     d = cuda.from_cuda_array_interface(desc, owner=a, sync=False)
     return d if d.dtype == dtype else d.view(dtype)
+
+
+def cai_interface(desc: dict) -> tuple[dict, np.dtype]:
+    """A producer's ``__cuda_array_interface__`` as numba reads it, and the dtype to view the result as.
+
+    torch (2.11 and later) and ml_dtypes write bfloat16 as ``typestr='<V2'``, which numba reads as a 2-byte
+    void (found on a GPU: torch CUDA bfloat16 tensors were refused as ``|V2``); it travels as ``<u2`` and is
+    viewed as bfloat16 afterwards, as :func:`dlpack_interface` does. Every other interface is returned as it is.
+
+    Examples
+    --------
+    >>> desc, dtype = cai_interface({"shape": (2,), "typestr": "<V2", "data": (1024, False), "version": 3})
+    >>> desc["typestr"], dtype
+    ('<u2', dtype(bfloat16))
+    >>> cai_interface({"shape": (2,), "typestr": "<f4", "data": (1024, False), "version": 3})[1]
+    dtype('float32')
+    """
+    typestr = desc["typestr"]
+    if typestr in ("<V2", "|V2"):
+        return {**desc, "typestr": "<u2"}, np.dtype(ml_dtypes.bfloat16)
+    return desc, np.dtype(typestr)
 
 
 def dlpack_interface(shape, strides, dtype, ptr: int, readonly: bool) -> tuple[dict, np.dtype]:
