@@ -10,7 +10,7 @@ import numpy as np
 
 from .gguf import f16_bytes, f16_values, first_largest_magnitude, kx_codes, nearest_int, qx_codes, seq_sum
 
-__all__ = ["kquant_quantize", "kquant_dequantize", "qp_codes", "super_block_rows"]
+__all__ = ["kquant_quantize", "kquant_dequantize", "qp_codes", "super_block_quantizer", "super_block_rows"]
 
 _F = np.float32
 _EPS = _F(1e-15)
@@ -160,6 +160,19 @@ def super_block_rows(records, x: np.ndarray, imatrix: np.ndarray | None, type_si
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # C's inf/NaN arithmetic, kept as is
         out = records(x.reshape(-1, 256), qw)
     return out.reshape(rows, n // 256 * type_size)
+
+
+def super_block_quantizer(records, name: str):
+    """The reference quantize function ``(kind, x, imatrix, type_size)`` of a format whose ``records(blocks, qw)``
+    encodes super-blocks (:func:`super_block_rows`); ``name`` is the format's, for the docstring."""
+
+    def quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
+        return super_block_rows(records, x, imatrix, type_size)
+
+    quantize.__doc__ = (f"{name} records (rows, n / 256 * type_size) of ``x`` (rows, n) float32; "
+                        "``imatrix`` (n,) or None.")
+    quantize.__name__ = quantize.__qualname__ = f"{name.lower().replace('_', '')}_quantize"
+    return quantize
 
 
 def kquant_dequantize(kind: int, data: np.ndarray, type_size: int) -> np.ndarray:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .gguf import f16_bytes, f16_values, kx_codes, nearest_int, seq_sum
-from .gguf_kquants import qp_codes, super_block_rows
+from .gguf_kquants import qp_codes, super_block_quantizer
 
 __all__ = ["q2k_quantize", "q2k_dequantize"]
 
@@ -53,9 +53,7 @@ def _blocks(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     return np.concatenate([packed.astype(np.uint8), qs.astype(np.uint8), d16, m16], axis=1)
 
 
-def q2k_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
-    """Q2_K records (rows, n / 256 * 84) of ``x`` (rows, n) float32; ``imatrix`` (n,) or None."""
-    return super_block_rows(_blocks, x, imatrix, type_size)
+q2k_quantize = super_block_quantizer(_blocks, "Q2_K")
 
 
 def q2k_dequantize(kind: int, data: np.ndarray, type_size: int) -> np.ndarray:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .gguf import f16_bytes, f16_values, first_largest_magnitude, nearest_int, qx_codes, seq_sum
-from .gguf_kquants import super_block_rows
+from .gguf_kquants import super_block_quantizer
 
 __all__ = ["q3k_quantize", "q3k_dequantize"]
 
@@ -90,9 +90,7 @@ def _blocks(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     return np.concatenate([hmask, qs, packed, d16], axis=1)
 
 
-def q3k_quantize(kind: int, x: np.ndarray, imatrix: np.ndarray | None, type_size: int) -> np.ndarray:
-    """Q3_K records (rows, n / 256 * 110) of ``x`` (rows, n) float32; ``imatrix`` (n,) or None."""
-    return super_block_rows(_blocks, x, imatrix, type_size)
+q3k_quantize = super_block_quantizer(_blocks, "Q3_K")
 
 
 def q3k_dequantize(kind: int, data: np.ndarray, type_size: int) -> np.ndarray:
