@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given
@@ -114,6 +115,20 @@ def test_backend_equals_reference(backend, name, use_imatrix):
     assert _same(gguf.dequantize(want, name, backend=backend), gguf.dequantize(want, name, backend="reference"))
 
 
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", FORMATS)
+def test_half_inputs_quantize_as_their_float32_values(backend, name, half):
+    """Half-precision rows are read in place (``nbquant convert``'s GGUF job hands the file's F16/BF16 bytes to
+    the kernels), each value widened exactly: the records of the float32 copy, NaN, inf and subnormals included."""
+    dtype = np.dtype(ml_dtypes.bfloat16) if half == "bfloat16" else np.dtype(np.float16)
+    with np.errstate(over="ignore"):
+        x = special_rows(_width(name)).astype(dtype)
+    x[0, :4] = np.array([np.nan, -np.inf, 2.0**-133 if half == "bfloat16" else 2.0**-24, -0.0]).astype(dtype)
+    x.flags.writeable = False  # as the file's memory map is
+    assert _same(gguf.quantize(x, name, backend=backend),
+                 gguf.quantize(x.astype(np.float32), name, backend="reference"))
+
+
 @pytest.mark.parametrize("name", FORMATS)
 def test_dequantize_random_records_equals_reference(backend, name):
     fmt = gguf.get_format(name)
@@ -185,7 +200,7 @@ def test_compat_matches_native_and_casts():
 
 @pytest.mark.parametrize(("call", "error", "match"), [
     (lambda: gguf.quantize(np.ones((2, 33), np.float32), "Q4_0"), ValueError, "multiple of Q4_0's block size 32"),
-    (lambda: gguf.quantize(np.ones((2, 32), np.int32), "Q4_0"), TypeError, "float16, float32 or float64"),
+    (lambda: gguf.quantize(np.ones((2, 32), np.int32), "Q4_0"), TypeError, "float16, bfloat16, float32 or float64"),
     (lambda: gguf.quantize([1.0] * 32, "Q4_0"), TypeError, "numpy.ndarray"),
     (lambda: gguf.quantize(np.ones(32, np.float32), "Q9_9"), ValueError, "not a GGUF block format"),
     (lambda: gguf.quantize(np.ones(32, np.float32), 2.0), TypeError, "qtype must be"),

@@ -20,6 +20,7 @@ True
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from .formats import FORMATS, GGUFFormat, get_format, implemented_formats
@@ -28,7 +29,9 @@ __all__ = ["quantize", "dequantize", "get_format", "implemented_formats", "GGUFF
 
 #: The backends that run the GGUF kernels (registered on :mod:`nbquant.blocks` as ``gguf_<name>`` block formats).
 BACKENDS = ("reference", "cpu", "cuda")
-_FLOATS = (np.float16, np.float32, np.float64)
+#: The input dtypes: the kernels read float16, bfloat16 and float32 as they are (each value widened to float32
+#: exactly, as gguf-py and llama.cpp convert first); float64 is rounded to float32 first, as they round it.
+_FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _backend(backend: str):
@@ -54,8 +57,9 @@ def quantize(x: np.ndarray, qtype, *, imatrix: np.ndarray | None = None, backend
     Parameters
     ----------
     x : numpy.ndarray
-        float16, float32 or float64 values (converted to float32 first, as gguf-py and
-        llama.cpp do); the last axis a multiple of the block size (32, or 256 for the K-quants and IQ4_XS).
+        float16, bfloat16 (ml_dtypes), float32 or float64 values, each taken as the float32 that gguf-py and
+        llama.cpp convert it to first (half-precision inputs are read as they are, with no float32 copy); the
+        last axis a multiple of the block size (32, or 256 for the K-quants and IQ4_XS).
     qtype : GGUFFormat, GGMLQuantizationType, int or str
         The format (see :func:`~nbquant.gguf.formats.get_format`).
     imatrix : numpy.ndarray, optional
@@ -80,7 +84,7 @@ def quantize(x: np.ndarray, qtype, *, imatrix: np.ndarray | None = None, backend
     if not isinstance(x, np.ndarray):
         raise TypeError(f"x must be a numpy.ndarray, got {type(x).__name__}")
     if x.dtype not in _FLOATS:
-        raise TypeError(f"x must be float16, float32 or float64, got {x.dtype}")
+        raise TypeError(f"x must be float16, bfloat16, float32 or float64, got {x.dtype}")
     if x.ndim < 1 or x.shape[-1] % fmt.block_size:
         raise ValueError(f"x's last axis ({x.shape[-1] if x.ndim else 'none'}) must be a multiple of "
                          f"{fmt.name}'s block size {fmt.block_size}")
@@ -89,7 +93,7 @@ def quantize(x: np.ndarray, qtype, *, imatrix: np.ndarray | None = None, backend
     n = x.shape[-1]
     weights = check_imatrix(imatrix, n)
     impl = _backend(backend)
-    rows = np.ascontiguousarray(x.reshape(-1, n), np.float32)
+    rows = np.ascontiguousarray(x.reshape(-1, n), np.float32 if x.dtype == np.float64 else None)
     out = np.empty((rows.shape[0], fmt.row_bytes(n)), np.uint8)
     if out.size:
         impl.block_quantize(rows, gguf_block_format(fmt).spec(params=GGUFParams(weights)), (out,))
