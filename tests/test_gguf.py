@@ -118,8 +118,8 @@ def test_backend_equals_reference(backend, name, use_imatrix):
 @pytest.mark.parametrize("half", ["float16", "bfloat16"])
 @pytest.mark.parametrize("name", FORMATS)
 def test_half_inputs_quantize_as_their_float32_values(backend, name, half):
-    """Half-precision rows are read in place (``nbquant convert``'s GGUF job hands the file's F16/BF16 bytes to
-    the kernels), each value widened exactly: the records of the float32 copy, NaN, inf and subnormals included."""
+    """float16 and bfloat16 rows (bfloat16 was refused before) give the records of their float32 values, each
+    value widened exactly: NaN, inf and subnormals included, a read-only input as a file's memory map is."""
     dtype = np.dtype(ml_dtypes.bfloat16) if half == "bfloat16" else np.dtype(np.float16)
     with np.errstate(over="ignore"):
         x = special_rows(_width(name)).astype(dtype)

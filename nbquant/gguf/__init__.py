@@ -29,8 +29,8 @@ __all__ = ["quantize", "dequantize", "get_format", "implemented_formats", "GGUFF
 
 #: The backends that run the GGUF kernels (registered on :mod:`nbquant.blocks` as ``gguf_<name>`` block formats).
 BACKENDS = ("reference", "cpu", "cuda")
-#: The input dtypes: the kernels read float16, bfloat16 and float32 as they are (each value widened to float32
-#: exactly, as gguf-py and llama.cpp convert first); float64 is rounded to float32 first, as they round it.
+#: The input dtypes. Each value is taken as the float32 gguf-py and llama.cpp convert it to: half-precision values
+#: widen exactly (the backend converts them where its kernels read float32 only), float64 is rounded first.
 _FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -58,8 +58,8 @@ def quantize(x: np.ndarray, qtype, *, imatrix: np.ndarray | None = None, backend
     ----------
     x : numpy.ndarray
         float16, bfloat16 (ml_dtypes), float32 or float64 values, each taken as the float32 that gguf-py and
-        llama.cpp convert it to first (half-precision inputs are read as they are, with no float32 copy); the
-        last axis a multiple of the block size (32, or 256 for the K-quants and IQ4_XS).
+        llama.cpp convert it to first; the last axis a multiple of the block size (32, or 256 for the K-quants
+        and IQ4_XS).
     qtype : GGUFFormat, GGMLQuantizationType, int or str
         The format (see :func:`~nbquant.gguf.formats.get_format`).
     imatrix : numpy.ndarray, optional

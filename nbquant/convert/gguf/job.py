@@ -24,7 +24,6 @@ import struct
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
-import ml_dtypes
 import numpy as np
 
 from nbquant import gguf
@@ -47,9 +46,6 @@ SLAB_ELEMENTS = 1 << 24
 #: Values checked for the SQNR of each tensor (every k-th row).
 CHECK_ELEMENTS = 1 << 20
 _FLOAT_SOURCES = options.FLOAT_TYPES
-#: Half-precision sources the quantize kernels read in place (each value widened to float32 exactly, as
-#: ggml's conversion to float32 does), with no float32 copy of the slab.
-_HALF_SOURCES = {"F16": np.dtype("<f2"), "BF16": np.dtype(ml_dtypes.bfloat16)}
 _SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
 _QNT_VERSION = 2
 
@@ -149,16 +145,14 @@ class _Writer:
         if self.buffer.size < slab * ne0:
             self.buffer = np.empty(slab * ne0, np.float32)
         step = max(1, math.ceil(rows_per_mat * n_mat * ne0 / CHECK_ELEMENTS)) if self.check else 0
-        in_place = None if target in _FLOAT_SOURCES else _HALF_SOURCES.get(source)
         written, signal, noise = 0, 0.0, 0.0
         for mat in range(n_mat):
             weights = None if imatrix is None else imatrix[mat * ne0:(mat + 1) * ne0]
             for start in range(0, rows_per_mat, slab):
                 stop = min(rows_per_mat, start + slab)
                 first = mat * rows_per_mat
-                part = raw[(first + start) * src_row:(first + stop) * src_row]
-                x = (np.frombuffer(part, in_place) if in_place is not None
-                     else _to_float32(part, source, self.buffer)).reshape(-1, ne0)
+                x = _to_float32(raw[(first + start) * src_row:(first + stop) * src_row], source,
+                                self.buffer).reshape(-1, ne0)
                 codes = _encode(x, target, weights)
                 self.write(codes.data)
                 if np.may_share_memory(codes, self.buffer):  # an F32 target is a view of the slab buffer
