@@ -100,17 +100,24 @@ class Running:
 def warm_numba_cache() -> None:
     """Compile the cpu kernel signatures that cost the most to compile (a cold-cache speed-up, nothing else).
 
-    A cold run compiles about 80 cpu kernel signatures, one after another, as tests
-    first need them; ``dynamic_rows`` alone takes about half a minute per signature.
-    Compiling these in a second process fills Numba's on-disk cache while the
-    in-process tests compile the rest; a test that gets there first compiles it
-    itself. What this calls changes no result, only when the compile happens.
+    A cold run compiles about 100 cpu kernel signatures, one after another, as tests
+    first need them; ``dynamic_rows`` alone takes about half a minute per signature, and
+    the GGUF K-quant and IQ4 kernels half a minute to three minutes each (half the cold
+    default tier, measured 2026-11-27). Compiling these in a second process fills
+    Numba's on-disk cache while the in-process tests compile the rest; a test that gets
+    there first compiles it itself. The GGUF formats go first and in the reverse of the
+    order ``tests/test_block_registry.py`` reaches them, so the two processes compile
+    from opposite ends. What this calls changes no result, only when the compile happens.
     """
     import ml_dtypes
     import numpy as np
 
     import nbquant
+    from nbquant import gguf
 
+    for name in reversed(gguf.implemented_formats()):  # one quantize and one dequantize signature each (float32)
+        block = gguf.get_format(name).block_size
+        gguf.dequantize(gguf.quantize(np.ones((1, block), np.float32), name, backend="cpu"), name, backend="cpu")
     x = np.random.default_rng(0).standard_normal((6, 16)).astype(np.float32)
     nbquant.quantize_dynamic(x, "int16", axis=0, backend="cpu")
     for dtype in (np.float16, ml_dtypes.bfloat16, np.float64):
