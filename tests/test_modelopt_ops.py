@@ -71,6 +71,20 @@ def test_tensor_quant_of_an_amax_below_maxbound_over_flt_max_warns_nothing(backe
     assert float(s) == 1.0 and q.view(np.uint32).tolist() == [[0, 0x80000000, 0, 0]]
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_unsigned_check_of_a_half_input_with_a_nan_warns_nothing(backend, dtype):
+    """modelopt's unsigned check ``x.min() < 0`` is False for an input holding a NaN; on float16 and bfloat16 NumPy
+    warned ``invalid value`` while computing it (seen in the default tier's warnings summary)."""
+    dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(np.float16)
+    x = np.array([[0.5, np.nan, 1.5, 3.0]], np.float32).astype(dt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = nbquant.modelopt.fake_tensor_quant(x, 3.0, 8, unsigned=True, backend=backend)
+    want = nbquant.modelopt.fake_tensor_quant(x, 3.0, 8, unsigned=True, backend="reference")
+    assert y.dtype == dt and np.isnan(y.astype(np.float32)[0, 1])
+    np.testing.assert_array_equal(y.view(np.uint16), want.view(np.uint16))
+
+
 def test_e4m3_hand_examples():
     y = nbquant.modelopt.scaled_e4m3(np.array([1.0, 0.3, -2.0, 5.0, np.nan], np.float32), 2.0)
     assert y[:4].tolist() == [1.0, np.float32(64 / np.float32(224)), -2.0, 2.0] and np.isnan(y[4])
