@@ -29,8 +29,7 @@ __all__ = ["quantize", "dequantize", "get_format", "implemented_formats", "GGUFF
 
 #: The backends that run the GGUF kernels (registered on :mod:`nbquant.blocks` as ``gguf_<name>`` block formats).
 BACKENDS = ("reference", "cpu", "cuda")
-#: The input dtypes. Each value is taken as the float32 gguf-py and llama.cpp convert it to: half-precision values
-#: widen exactly (the backend converts them where its kernels read float32 only), float64 is rounded first.
+#: The input dtypes; every backend takes each value as the float32 gguf-py and llama.cpp convert it to.
 _FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -93,7 +92,7 @@ def quantize(x: np.ndarray, qtype, *, imatrix: np.ndarray | None = None, backend
     n = x.shape[-1]
     weights = check_imatrix(imatrix, n)
     impl = _backend(backend)
-    rows = np.ascontiguousarray(x.reshape(-1, n), np.float32 if x.dtype == np.float64 else None)
+    rows = np.ascontiguousarray(x.reshape(-1, n))
     out = np.empty((rows.shape[0], fmt.row_bytes(n)), np.uint8)
     if out.size:
         impl.block_quantize(rows, gguf_block_format(fmt).spec(params=GGUFParams(weights)), (out,))

@@ -263,8 +263,9 @@ def cai_interface(desc: dict) -> tuple[dict, np.dtype]:
     """A producer's ``__cuda_array_interface__`` as numba reads it, and the dtype to view the result as.
 
     torch (2.11 and later) and ml_dtypes write bfloat16 as ``typestr='<V2'``, which numba reads as a 2-byte
-    void (found on a GPU: torch CUDA bfloat16 tensors were refused as ``|V2``); it travels as ``<u2`` and is
-    viewed as bfloat16 afterwards, as :func:`dlpack_interface` does. Every other interface is returned as it is.
+    void (found on a GPU: torch CUDA bfloat16 tensors were refused as ``|V2``). It is read as
+    :func:`dlpack_dtype` reads a DLPack view's 2-byte void, and travels as :func:`numba_typestr` says.
+    Every other interface is returned as it is.
 
     Examples
     --------
@@ -274,18 +275,13 @@ def cai_interface(desc: dict) -> tuple[dict, np.dtype]:
     >>> cai_interface({"shape": (2,), "typestr": "<f4", "data": (1024, False), "version": 3})[1]
     dtype('float32')
     """
-    typestr = desc["typestr"]
-    if typestr in ("<V2", "|V2"):
-        return {**desc, "typestr": "<u2"}, np.dtype(ml_dtypes.bfloat16)
-    return desc, np.dtype(typestr)
+    dtype = dlpack_dtype(desc["typestr"])
+    typestr = numba_typestr(dtype)
+    return (desc if typestr == desc["typestr"] else {**desc, "typestr": typestr}), dtype
 
 
 def dlpack_interface(shape, strides, dtype, ptr: int, readonly: bool) -> tuple[dict, np.dtype]:
     """The ``__cuda_array_interface__`` of a DLPack view (strides in elements), and the dtype to view it as.
-
-    The interface's ``typestr`` is a plain NumPy type: ml_dtypes' ``bfloat16.str`` is ``'<V2'``, which numba
-    reads back as a 2-byte void (found on a GPU: torch's bfloat16 tensors were refused as ``|V2``), so bfloat16
-    travels as ``<u2`` and is viewed as bfloat16 afterwards.
 
     Examples
     --------
@@ -294,19 +290,31 @@ def dlpack_interface(shape, strides, dtype, ptr: int, readonly: bool) -> tuple[d
     ('<u2', (6, 2), dtype(bfloat16))
     """
     dtype = dlpack_dtype(dtype)
-    plain = dtype if dtype.isbuiltin == 1 else np.dtype(f"<u{dtype.itemsize}")
     strides = None if strides is None else tuple(s * dtype.itemsize for s in strides)
-    desc = {"shape": tuple(shape), "strides": strides, "typestr": plain.str, "data": (int(ptr), bool(readonly)),
-            "version": 3}
+    desc = {"shape": tuple(shape), "strides": strides, "typestr": numba_typestr(dtype),
+            "data": (int(ptr), bool(readonly)), "version": 3}
     return desc, dtype
+
+
+def numba_typestr(dtype: np.dtype) -> str:
+    """The ``typestr`` numba reads ``dtype`` through: its own for NumPy's built-in types, else unsigned integers of
+    its size (ml_dtypes' ``bfloat16.str`` is ``'<V2'``, which numba reads back as a void), viewed as ``dtype`` after.
+
+    Examples
+    --------
+    >>> import ml_dtypes
+    >>> numba_typestr(np.dtype(np.float32)), numba_typestr(np.dtype(ml_dtypes.bfloat16))
+    ('<f4', '<u2')
+    """
+    return dtype.str if dtype.isbuiltin == 1 else np.dtype(f"<u{dtype.itemsize}").str
 
 
 def dlpack_dtype(dtype) -> np.dtype:
     """The NumPy dtype of a DLPack view's ``dtype``: bfloat16 (``kDLBfloat``, which cuda.core reports as
     ``V2``, a 2-byte void: DLPack's only 16-bit type without a NumPy equivalent) as ml_dtypes' bfloat16.
 
-    Found on the GPU: torch CUDA bfloat16 tensors (no ``__cuda_array_interface__`` for bfloat16) were refused
-    as ``dtype |V2``.
+    Found on the GPU: torch CUDA bfloat16 tensors through DLPack were refused as ``dtype |V2``. torch (2.11 and
+    later) writes the same 2-byte void into ``__cuda_array_interface__`` (:func:`cai_interface`).
 
     Examples
     --------
