@@ -136,8 +136,9 @@ def _add_precompile_parser(sub) -> None:
     precompile = sub.add_parser(
         "precompile", help="compile the cpu kernels of chosen schemes ahead of time, into numba's on-disk cache",
         description="Compile the cpu kernels that the chosen targets call (each `nbquant demo` scheme, nf4, "
-                    "dynamic-int8, each `nbquant convert` preset as convert:NAME or NAME) for the chosen input "
-                    "dtypes, in parallel worker processes, into numba's on-disk cache (NUMBA_CACHE_DIR if set): "
+                    "dynamic-int8, each `nbquant convert` preset as convert:NAME or NAME, each GGUF format as "
+                    "gguf:NAME or NAME) for the chosen input dtypes, in parallel worker processes, into numba's "
+                    "on-disk cache (NUMBA_CACHE_DIR if set): "
                     "later processes load them in milliseconds instead of compiling them on their first call. "
                     "Prints a progress line per target on stderr and a summary.")
     precompile.add_argument("targets", nargs="*", metavar="TARGET",

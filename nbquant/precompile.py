@@ -5,10 +5,10 @@ to a few seconds each on a 2-core machine) and written to Numba's cache; every l
 process loads it from there in milliseconds. :func:`precompile` makes small public
 calls of the chosen *targets* (:data:`TARGETS`: each scheme of ``nbquant demo``,
 quantized and dequantized; NF4; dynamic int8; each ``nbquant convert`` preset on a
-tiny synthetic checkpoint) for the chosen input dtypes, so that the first real call of
-a later process finds its kernels in the cache. With several jobs the targets compile
-in that many worker processes at once (Numba's compiler holds the GIL: threads would
-not overlap).
+tiny synthetic checkpoint; each GGUF format, quantized and dequantized) for the chosen
+input dtypes, so that the first real call of a later process finds its kernels in the
+cache. With several jobs the targets compile in that many worker processes at once
+(Numba's compiler holds the GIL: threads would not overlap).
 
 :func:`compile_watch` counts the kernel signatures a block of code compiles (Numba's
 ``numba:compile`` events, outermost only) and the seconds they take; ``nbquant demo``
@@ -100,11 +100,20 @@ def _convert(scheme: str, dtype: str) -> None:
         convert(src, dst, scheme, progress=False)
 
 
+def _gguf(qtype: str, dtype: str) -> None:
+    """GGUF ``qtype`` quantize and dequantize on cpu (one kernel pair whatever ``dtype``: each is read as float32)."""
+    from nbquant import demo, gguf
+
+    x = demo.make_weights(*_SHAPE).astype(_dtype(dtype))
+    gguf.dequantize(gguf.quantize(x, qtype, backend="cpu"), qtype, backend="cpu")
+
+
 def _targets() -> dict[str, Callable[[str], None]]:
     from functools import partial
 
     from nbquant import demo
     from nbquant.convert.schemes import SCHEMES
+    from nbquant.gguf import implemented_formats
 
     targets: dict[str, Callable[[str], None]] = {}
     for i, scheme in enumerate(demo.schemes(_SHAPE[1])):
@@ -113,6 +122,8 @@ def _targets() -> dict[str, Callable[[str], None]]:
     targets["dynamic-int8"] = _dynamic_int8
     for name in SCHEMES:
         targets[f"convert:{name}"] = partial(_convert, name)
+    for name in implemented_formats():
+        targets[f"gguf:{name}"] = partial(_gguf, name)
     return targets
 
 
@@ -120,9 +131,10 @@ def _targets() -> dict[str, Callable[[str], None]]:
 TARGETS: dict[str, Callable[[str], None]] = _targets()
 #: Names that stand for several targets.
 GROUPS: dict[str, tuple[str, ...]] = {
-    "demo": (*(n for n in TARGETS if not n.startswith("convert:") and n not in ("nf4", "dynamic-int8")),
-             "convert:W4A16"),
+    "demo": (*(n for n in TARGETS if ":" not in n and n not in ("nf4", "dynamic-int8")), "convert:W4A16",
+             "gguf:Q8_0"),
     "convert": tuple(n for n in TARGETS if n.startswith("convert:")),
+    "gguf": tuple(n for n in TARGETS if n.startswith("gguf:")),
     "all": tuple(TARGETS),
 }
 
@@ -130,8 +142,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
 def resolve_targets(names: Sequence[str] | None) -> list[str]:
     """The target names ``names`` stand for, in order, once each (default: the ``demo`` group).
 
-    A name is a target, a group of :data:`GROUPS`, or a convert preset without its
-    ``convert:`` prefix (``W4A16``).
+    A name is a target, a group of :data:`GROUPS`, a convert preset without its
+    ``convert:`` prefix (``W4A16``) or a GGUF format without its ``gguf:`` prefix (``Q4_K``).
 
     Raises
     ------
@@ -144,8 +156,8 @@ def resolve_targets(names: Sequence[str] | None) -> list[str]:
 
     Examples
     --------
-    >>> resolve_targets(["nvfp4", "W4A16"])
-    ['nvfp4', 'convert:W4A16']
+    >>> resolve_targets(["nvfp4", "W4A16", "q4_k"])
+    ['nvfp4', 'convert:W4A16', 'gguf:Q4_K']
     """
     chosen: list[str] = []
     for name in names or ["demo"]:
@@ -155,6 +167,8 @@ def resolve_targets(names: Sequence[str] | None) -> list[str]:
             chosen.append(name)
         elif f"convert:{name.upper()}" in TARGETS:
             chosen.append(f"convert:{name.upper()}")
+        elif f"gguf:{name.upper()}" in TARGETS:
+            chosen.append(f"gguf:{name.upper()}")
         else:
             raise ValueError(f"target {name!r}: expected one of the groups {', '.join(GROUPS)} or the targets "
                              f"{', '.join(TARGETS)}")

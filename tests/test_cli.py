@@ -370,7 +370,7 @@ def test_precompile_lists_targets_and_groups(capsys):
 def test_precompile_rejects_an_unknown_target_in_one_line(capsys):
     assert cli.main(["precompile", "int9"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("nbquant precompile: error: target 'int9': expected one of the groups demo, convert, all")
+    assert err.startswith("nbquant precompile: error: target 'int9': expected one of the groups demo, convert, gguf, all")
     assert err.count("\n") == 1
 
 
@@ -392,6 +392,8 @@ def test_precompile_targets_and_groups_resolve_once_each():
 
     assert resolve_targets(None) == list(GROUPS["demo"])
     assert resolve_targets(["nvfp4", "w4a16", "convert:W4A16", "nvfp4"]) == ["nvfp4", "convert:W4A16"]
+    assert resolve_targets(["Q6_K", "gguf:Q6_K", "iq4_xs"]) == ["gguf:Q6_K", "gguf:IQ4_XS"]
+    assert "gguf:Q4_K" in GROUPS["gguf"] and "gguf:Q8_0" in GROUPS["demo"]
     assert resolve_targets(["all"]) == list(GROUPS["all"])
 
 

@@ -27,14 +27,17 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
+import numba
 import numpy as np
 from numba import njit
+from numba.core import inline_closurecall, ir
 from numba.core.caching import FunctionCache, IndexDataCacheFile, NullCache
 from numba.core.runtime import rtsys
 
 from ... import element
 from ...threads import get_num_threads
 from .._format_kernel import format_kernel
+from .._inlining import install as install_fast_inlining
 from .._warning import NumbaCacheWarning
 
 __all__ = ["cpu_kernel", "template_kernel", "CpuKernel", "KernelCache", "KERNELS", "source_digest", "parallel_parts",
@@ -59,6 +62,9 @@ def source_digest() -> bytes:
 
 
 _DIGEST = source_digest()
+#: Whether Numba inlines the element functions with :mod:`nbquant.backends._inlining` (compiles in a fraction of
+#: the time; the same code).
+FAST_INLINING = install_fast_inlining(inline_closurecall, ir, numba.__version__, "0.68.")
 #: What each :class:`NumbaCacheWarning` of this process was about (a warning is emitted once per subject).
 _WARNED: set = set()
 
