@@ -348,7 +348,7 @@ def _run_convert(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     import nbquant
     from nbquant import demo
-    from nbquant.precompile import compile_watch
+    from nbquant.precompile import compile_ahead, compile_note, compile_watch
 
     if args.backends:
         run, skipped = list(dict.fromkeys(args.backends)), []
@@ -368,6 +368,7 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"time: quantize of the whole matrix; first call (includes JIT compile or cache load), then median of "
           f"{args.repeats}; GB/s = (input + scales + codes bytes) / median"
           + ("; cuda times include copying the NumPy arrays to and from the GPU" if "cuda" in run else ""))
+    ahead = compile_ahead(announce=_announce_compile) if "cpu" in run else None
     print(HEADER, flush=True)
     mismatches, first_calls = 0, 0.0
     with compile_watch() as watch:
@@ -377,13 +378,18 @@ def _demo(args: argparse.Namespace) -> int:
             print(format_row(row), flush=True)
     print("\n".join(LEGEND))
     print(machine_line(machine_info()))
-    print(demo.compile_note(watch.signatures, watch.seconds, first_calls))
+    print(compile_note(watch.signatures, watch.seconds, first_calls, ahead))
     if args.convert:
         _demo_convert()
     if mismatches:
         print(f"error: {mismatches} row(s) differ from the reference backend", file=sys.stderr)
         return 1
     return 0
+
+
+def _announce_compile(targets: int, jobs: int) -> None:
+    print(f"compile: numba's on-disk cache is empty, so the demo first compiles the cpu kernels of its {targets + 1} "
+          f"targets, {jobs} at a time (once: later runs load them; `nbquant precompile` does it ahead)", flush=True)
 
 
 def _demo_convert() -> None:

@@ -38,8 +38,8 @@ from typing import TextIO
 
 import numpy as np
 
-__all__ = ["TARGETS", "GROUPS", "DTYPES", "CompileWatch", "Prepared", "compile_watch", "precompile",
-           "resolve_targets", "cache_location"]
+__all__ = ["TARGETS", "GROUPS", "DTYPES", "CompileWatch", "Prepared", "AheadCompile", "compile_watch", "precompile",
+           "compile_ahead", "compile_note", "resolve_targets", "cache_location"]
 
 #: Input dtypes a target can be prepared for (``nbquant convert`` targets take the first three).
 DTYPES = ("float32", "float16", "bfloat16", "float64")
@@ -323,3 +323,96 @@ def precompile(targets: Sequence[str] | None = None, dtypes: Sequence[str] = ("f
     if show and tty:
         print(file=stream)
     return done
+
+
+@dataclass(frozen=True)
+class AheadCompile:
+    """What :func:`compile_ahead` compiled: kernel ``signatures`` in ``seconds`` (wall) on ``jobs`` processes."""
+
+    signatures: int
+    seconds: float
+    jobs: int
+
+
+def compile_ahead(progress: bool | None = None,
+                  announce: Callable[[int, int], None] | None = None) -> AheadCompile | None:
+    """On an empty compile cache and a machine with several CPUs, compile the demo's cpu kernels in parallel first.
+
+    The demo's first target (``int8-per-tensor`` of :data:`TARGETS`)
+    runs here; when its kernels load from Numba's cache, this returns None in
+    milliseconds. When it had to compile them, the cache is cold, and the rest of the
+    ``demo`` group compiles in one worker process per usable CPU
+    (:func:`precompile`) instead of one after another on the demo's
+    first calls, which then load them. With one usable CPU, or no writable cache location
+    (nothing compiled elsewhere could be loaded here), it returns None after the probe.
+
+    Parameters
+    ----------
+    progress : bool, optional
+        Passed to :func:`precompile` (default: a progress bar on a terminal).
+    announce : callable, optional
+        Called with the number of targets and of processes once the cache is found cold,
+        before they compile.
+
+    Returns
+    -------
+    AheadCompile or None
+        What was compiled, probe included; None when the cache held the probe's kernels or
+        one CPU is usable.
+
+    Examples
+    --------
+    >>> ahead = compile_ahead(progress=False)
+    >>> ahead is None or ahead.signatures > 0
+    True
+    """
+    from nbquant.backends.cpu import disk_cached
+    from nbquant.threads import usable_cpus
+
+    start = time.perf_counter()
+    probe, *rest = GROUPS["demo"]
+    with compile_watch() as watch:
+        TARGETS[probe]("float32")
+    jobs = min(usable_cpus(), len(rest))
+    if watch.signatures == 0 or jobs < 2 or not disk_cached():  # warm; one CPU; or worker processes could not share
+        return None
+    if announce is not None:
+        announce(len(rest), jobs)
+    done = precompile(rest, jobs=jobs, progress=progress)
+    return AheadCompile(watch.signatures + sum(p.signatures for p in done), time.perf_counter() - start, jobs)
+
+
+def compile_note(signatures: int, seconds: float, first_calls_s: float, ahead: AheadCompile | None = None) -> str:
+    """The line ``nbquant demo`` prints under its table: what it compiled, and what later runs do.
+
+    Parameters
+    ----------
+    signatures, seconds : int, float
+        Kernel signatures the table's calls compiled and the seconds that took
+        (:func:`compile_watch`).
+    first_calls_s : float
+        The first calls' seconds, summed over the table's rows.
+    ahead : AheadCompile, optional
+        What :func:`compile_ahead` compiled before the table.
+
+    Examples
+    --------
+    >>> compile_note(0, 0.0, 0.012)
+    "compile: none, every kernel was loaded from numba's on-disk cache (first calls 0.01 s in all)"
+    >>> compile_note(3, 9.5, 10.0).split(";")[0]
+    'compile: the first calls compiled 3 kernel signature(s) in 9.5 s of their 10.0 s'
+    >>> compile_note(0, 0.0, 0.05, AheadCompile(26, 11.2, 2)).split(";")[0]
+    'compile: the cache was empty: 26 kernel signature(s) compiled ahead in 11.2 s on 2 processes at once'
+    """
+    if ahead is not None:
+        more = f", {signatures} more by the first calls in {seconds:.1f} s" if signatures else ""
+        return (f"compile: the cache was empty: {ahead.signatures} kernel signature(s) compiled ahead in "
+                f"{ahead.seconds:.1f} s on {ahead.jobs} processes at once; the table's first calls loaded them "
+                f"({first_calls_s:.2f} s in all{more}); later runs load them from numba's on-disk cache in "
+                "milliseconds (`nbquant precompile` compiles them ahead of time)")
+    if signatures == 0:
+        return (f"compile: none, every kernel was loaded from numba's on-disk cache (first calls {first_calls_s:.2f} s "
+                "in all)")
+    return (f"compile: the first calls compiled {signatures} kernel signature(s) in {seconds:.1f} s of their "
+            f"{first_calls_s:.1f} s; numba's on-disk cache keeps them, so later runs load them in milliseconds "
+            "(`nbquant precompile` compiles them ahead of time)")

@@ -347,7 +347,52 @@ def test_demo_says_what_its_first_calls_compiled(capsys):
     machine = next(i for i, line in enumerate(lines) if line.startswith("machine: "))
     assert re.fullmatch(r"compile: (none, every kernel was loaded from numba's on-disk cache \(first calls [\d.]+ s "
                         r"in all\)|the first calls compiled \d+ kernel signature\(s\) in [\d.]+ s of their [\d.]+ s; "
-                        r"numba's on-disk cache keeps them, .*nbquant precompile.*)", lines[machine + 1])
+                        r"numba's on-disk cache keeps them, .*nbquant precompile.*|the cache was empty: \d+ kernel "
+                        r"signature\(s\) compiled ahead in [\d.]+ s on \d+ processes at once; .*)", lines[machine + 1])
+
+
+def _fake_compiles(monkeypatch, probe_signatures: int, cpus: int, cached: bool = True) -> list:
+    """compile_ahead's probe made to count ``probe_signatures`` compiles, ``cpus`` usable CPUs, precompile recorded."""
+    import contextlib
+
+    from nbquant import precompile as pre
+    from nbquant.backends import cpu
+
+    calls = []
+
+    @contextlib.contextmanager
+    def watch():
+        yield pre.CompileWatch(probe_signatures, 1.5)
+
+    monkeypatch.setattr(pre, "compile_watch", watch)
+    monkeypatch.setattr(pre, "TARGETS", {**pre.TARGETS, pre.GROUPS["demo"][0]: lambda dtype: None})
+    monkeypatch.setattr(pre, "precompile", lambda names, jobs, progress: calls.append((list(names), jobs)) or
+                        [pre.Prepared(n, 2, 0.5) for n in names])
+    monkeypatch.setattr("nbquant.threads.usable_cpus", lambda: cpus)
+    monkeypatch.setattr(cpu, "disk_cached", lambda: cached)
+    return calls
+
+
+def test_the_demo_compiles_its_kernels_in_parallel_first_on_a_cold_cache(monkeypatch):
+    from nbquant import precompile as pre
+    from nbquant.precompile import GROUPS
+
+    calls, announced = _fake_compiles(monkeypatch, probe_signatures=2, cpus=2), []
+    ahead = pre.compile_ahead(progress=False, announce=lambda targets, jobs: announced.append((targets, jobs)))
+    rest = list(GROUPS["demo"][1:])
+    assert calls == [(rest, 2)] and announced == [(len(rest), 2)]
+    assert ahead.signatures == 2 + 2 * len(rest) and ahead.jobs == 2 and ahead.seconds >= 0
+    assert pre.compile_note(0, 0.0, 0.1, ahead).startswith(
+        f"compile: the cache was empty: {ahead.signatures} kernel signature(s) compiled ahead in ")
+
+
+@pytest.mark.parametrize(("probe_signatures", "cpus", "cached"), [(0, 2, True), (2, 1, True), (2, 2, False)],
+                         ids=["warm cache", "one cpu", "no writable cache"])
+def test_the_demo_compiles_nothing_ahead_when_it_would_not_help(monkeypatch, probe_signatures, cpus, cached):
+    from nbquant import precompile as pre
+    calls = _fake_compiles(monkeypatch, probe_signatures, cpus, cached)
+    assert pre.compile_ahead(progress=False, announce=lambda *a: pytest.fail("announced")) is None
+    assert calls == []
 
 
 def test_precompile_in_process_and_its_summary(capsys):
@@ -370,7 +415,8 @@ def test_precompile_lists_targets_and_groups(capsys):
 def test_precompile_rejects_an_unknown_target_in_one_line(capsys):
     assert cli.main(["precompile", "int9"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("nbquant precompile: error: target 'int9': expected one of the groups demo, convert, gguf, all")
+    assert err.startswith("nbquant precompile: error: target 'int9': expected one of the groups demo, convert, gguf, "
+                          "all")
     assert err.count("\n") == 1
 
 
@@ -411,3 +457,23 @@ def test_precompile_fills_the_cache_a_new_process_loads(tmp_path):
             "print(w.signatures)")
     again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
     assert again.stdout.split() == ["0"], again.stderr
+
+
+@pytest.mark.full(reason="the demo on an empty cache: its kernels compile in two worker processes (about 25 s of cpu)")
+def test_the_demo_on_an_empty_cache_compiles_ahead_then_loads(tmp_path):
+    from nbquant.threads import usable_cpus
+
+    if usable_cpus() < 2:
+        pytest.skip("one usable CPU: the demo compiles on its first calls (nothing to run beside them)")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "NBQUANT_NUM_THREADS": "2"}
+    cmd = [sys.executable, "-m", "nbquant", "demo", "--size", "8x256", "--repeats", "1", "--backend", "cpu",
+           "--no-convert"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("compile: numba's on-disk cache is empty, so the demo first compiles") for line in lines)
+    note = next(line for line in lines if line.startswith("compile: the cache was empty: "))
+    assert re.search(r"compiled ahead in [\d.]+ s on \d+ processes at once; the table's first calls loaded them "
+                     r"\([\d.]+ s in all\);", note), note
+    rows = [line for line in lines if line.split()[-1:] in (["yes"], ["no"])]
+    assert len(rows) == len(demo.schemes(256)) and all(row.endswith("yes") for row in rows)

@@ -49,7 +49,6 @@ __all__ = [
     "GGUF_SCHEME",
     "Scheme",
     "check_step",
-    "compile_note",
     "default_backends",
     "gguf_step",
     "make_weights",
@@ -247,32 +246,6 @@ def run_demo(
                 bytes_moved=x.nbytes + param_bytes + sum(a.nbytes for a in _arrays(result)),
                 equals_reference=all(map(_same_bits, _arrays(part), oracle)),
             )
-
-
-def compile_note(signatures: int, seconds: float, first_calls_s: float) -> str:
-    """The line ``nbquant demo`` prints under its table: what the first calls compiled, and what later runs do.
-
-    Parameters
-    ----------
-    signatures, seconds : int, float
-        Kernel signatures the run compiled and the seconds that took
-        (:func:`nbquant.precompile.compile_watch`).
-    first_calls_s : float
-        The first calls' seconds, summed over the table's rows.
-
-    Examples
-    --------
-    >>> compile_note(0, 0.0, 0.012)
-    "compile: none, every kernel was loaded from numba's on-disk cache (first calls 0.01 s in all)"
-    >>> compile_note(3, 9.5, 10.0).split(";")[0]
-    'compile: the first calls compiled 3 kernel signature(s) in 9.5 s of their 10.0 s'
-    """
-    if signatures == 0:
-        return (f"compile: none, every kernel was loaded from numba's on-disk cache (first calls {first_calls_s:.2f} s "
-                "in all)")
-    return (f"compile: the first calls compiled {signatures} kernel signature(s) in {seconds:.1f} s of their "
-            f"{first_calls_s:.1f} s; numba's on-disk cache keeps them, so later runs load them in milliseconds "
-            "(`nbquant precompile` compiles them ahead of time)")
 
 
 def unavailable_backends(names: Sequence[str] | None = None) -> list[tuple[str, str]]:

@@ -11,12 +11,13 @@ quantization, gradients, histogram).
 
 from __future__ import annotations
 
+from ._kernel import disk_cached
 from .blocks import BlockOps
 from .dynamic import DynamicOps
 from .modelopt import ModeloptOps
 from .static import StaticOps
 
-__all__ = ["BACKEND", "CpuBackend"]
+__all__ = ["BACKEND", "CpuBackend", "disk_cached"]
 
 
 class CpuBackend(StaticOps, BlockOps, DynamicOps, ModeloptOps):

@@ -40,7 +40,8 @@ from .._format_kernel import format_kernel
 from .._inlining import install as install_fast_inlining
 from .._warning import NumbaCacheWarning
 
-__all__ = ["cpu_kernel", "template_kernel", "CpuKernel", "KernelCache", "KERNELS", "source_digest", "parallel_parts",
+__all__ = ["cpu_kernel", "template_kernel", "CpuKernel", "KernelCache", "KERNELS", "source_digest", "disk_cached",
+           "parallel_parts",
            "part_range", "work_unit", "quotient", "row_tile", "ROW_TILE", "PART_BYTES"]
 
 #: Every kernel made by :func:`cpu_kernel`, in definition order.
@@ -160,6 +161,17 @@ def _kernel_cache(fn) -> KernelCache | NullCache:
                    "are compiled without caching: every process compiles each kernel it uses again (0.3 s to a few "
                    "seconds each). Set NUMBA_CACHE_DIR to a writable directory to cache them.")
         return NullCache()
+
+
+def disk_cached() -> bool:
+    """Whether the cpu kernels compiled in this process go to an on-disk cache (False with no writable location).
+
+    Examples
+    --------
+    >>> isinstance(disk_cached(), bool)
+    True
+    """
+    return not any(isinstance(kernel.dispatcher._cache, NullCache) for kernel in KERNELS)
 
 
 def parallel_parts(nbytes: int) -> int:
