@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import copy
+import os
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -98,30 +101,63 @@ def test_a_callee_inlined_again_in_a_later_compile_reuses_its_ir_unchanged(monke
     assert made == []
 
 
-def test_results_equal_numbas_own_inliner_in_a_process_without_it():
-    code = ("import numpy as np, numba, tests.test_inlining as t;"
-            "from numba.core import inline_closurecall as i; from nbquant.backends import _inlining;"
-            "from nbquant.backends.cpu import _kernel;"
-            "assert not _kernel.FAST_INLINING and not _inlining.installed(i);"
-            "x = np.linspace(-9, 9, 37, dtype=np.float32);"
-            "print(repr(float(numba.njit(t._outer)(x))))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                            env={**__import__("os").environ, "NBQUANT_FAST_INLINE": "0"})
-    x = np.linspace(-9, 9, 37, dtype=np.float32)
-    assert result.stdout.strip() == repr(float(njit(_outer)(x)))
+_ASM_DIGEST = """
+import hashlib, re, sys
+import numpy as np
+from numba import njit
+
+def digest(fn, *args):
+    from numba.core import inline_closurecall
+    from nbquant.backends import _inlining
+
+    fn = njit(error_model="numpy", nogil=True)(fn)  # a new dispatcher: compiled here, never loaded from a cache
+    fn(*args)
+    code = hashlib.sha256(re.sub(r"_ZN\\S+", "SYM", fn.inspect_asm(fn.signatures[0])).encode()).hexdigest()
+    return f"{_inlining.installed(inline_closurecall)} {code}"
+
+if sys.argv[1] == "outer":
+    import tests.test_inlining as t
+    print(digest(t._outer, np.ones(3, np.float32)))
+else:
+    from nbquant.backends.cpu.gguf import QUANTIZE_KERNELS
+    from nbquant.gguf import get_format
+    fmt = get_format(sys.argv[1])
+    rows = np.zeros((2, 256), np.float32)
+    print(digest(QUANTIZE_KERNELS[fmt.type_id].__wrapped__, 0, 1, rows, np.zeros(1, np.float32), False,
+                 fmt.type_size, np.zeros((2, fmt.type_size), np.uint8)))
+"""
+
+
+def _asm_digest(target: str, fast: bool) -> tuple[str, str]:
+    """Whether the fast inliner ran, and the SHA-256 of the machine code of ``target`` compiled in a new process
+    (mangled names set aside)."""
+    env = {**os.environ, "NBQUANT_FAST_INLINE": "1" if fast else "0"}
+    done = subprocess.run([sys.executable, "-c", _ASM_DIGEST, target], capture_output=True, text=True, env=env,
+                          timeout=900, cwd=str(Path(__file__).parent.parent))
+    assert done.returncode == 0, done.stderr
+    installed, digest = done.stdout.split()
+    return installed, digest
+
+
+@pytest.mark.parametrize("target", ["outer", pytest.param("Q6_K", marks=pytest.mark.full(
+    reason="compiles the Q6_K quantize kernel twice (about 15 s)"))])
+def test_the_machine_code_is_the_same_as_with_numbas_own_inliner(target):
+    (fast, ours), (slow, numbas) = _asm_digest(target, fast=True), _asm_digest(target, fast=False)
+    assert (fast, slow) == ("True", "False")
+    assert ours == numbas
 
 
 @pytest.mark.parametrize("version", ["0.67.1", "0.69.0", "1.0.0"])
 def test_another_numba_version_keeps_numbas_inliner(version):
     module = types.ModuleType("fake_inline_closurecall")
-    module.copy, module.InlineWorker = __import__("copy"), type("InlineWorker", (), {})
+    module.copy, module.InlineWorker = copy, type("InlineWorker", (), {})
     assert not _inlining.install(module, ir, version, "0.68.")
-    assert module.copy is __import__("copy") and not _inlining.installed(module)
+    assert module.copy is copy and not _inlining.installed(module)
 
 
 def test_an_inliner_of_another_shape_is_left_alone():
     module = types.ModuleType("fake_inline_closurecall_2")
-    module.copy = __import__("copy")
+    module.copy = copy
     module.InlineWorker = type("InlineWorker", (), {"inline_function": lambda self: None})  # no inline_ir
     assert not _inlining.install(module, ir, "0.68.1", "0.68.")
     assert not _inlining.installed(module)
