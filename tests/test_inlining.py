@@ -118,6 +118,13 @@ def digest(fn, *args):
 if sys.argv[1] == "outer":
     import tests.test_inlining as t
     print(digest(t._outer, np.ones(3, np.float32)))
+elif sys.argv[1].startswith("ptx:"):  # a cuda kernel's PTX for sm_90, with numba-cuda's inliner or nbquant's
+    from numba import cuda
+    from nbquant.backends.cuda import runtime
+    name = sys.argv[1][4:]
+    sig = next(sig for kernel, sig in runtime.all_signatures() if kernel == name)
+    ptx = cuda.compile_ptx(runtime.KERNELS[name].fn, sig.args, cc=(9, 0))[0]
+    print(runtime.FAST_INLINING, hashlib.sha256(re.sub(r"_ZN\\w+", "_", ptx).encode()).hexdigest())
 else:
     from nbquant.backends.cpu.gguf import QUANTIZE_KERNELS
     from nbquant.gguf import get_format
@@ -139,8 +146,9 @@ def _asm_digest(target: str, fast: bool) -> tuple[str, str]:
     return installed, digest
 
 
-@pytest.mark.parametrize("target", ["outer", pytest.param("Q6_K", marks=pytest.mark.full(
-    reason="compiles the Q6_K quantize kernel twice (about 15 s)"))])
+@pytest.mark.parametrize("target", ["outer", *(pytest.param(t, marks=pytest.mark.full(
+    reason="compiles a GGUF or NVFP4 kernel twice (15 to 30 s)")) for t in ("Q6_K", "ptx:gguf_q6_k_quantize",
+                                                                         "ptx:nvfp4_quantize"))])
 def test_the_machine_code_is_the_same_as_with_numbas_own_inliner(target):
     (fast, ours), (slow, numbas) = _asm_digest(target, fast=True), _asm_digest(target, fast=False)
     assert (fast, slow) == ("True", "False")
