@@ -41,8 +41,7 @@ from .._inlining import install as install_fast_inlining
 from .._warning import NumbaCacheWarning
 
 __all__ = ["cpu_kernel", "template_kernel", "CpuKernel", "KernelCache", "KERNELS", "source_digest", "disk_cached",
-           "parallel_parts",
-           "part_range", "work_unit", "quotient", "row_tile", "ROW_TILE", "PART_BYTES"]
+           "parallel_parts", "part_range", "work_unit", "quotient", "row_tile", "ROW_TILE", "PART_BYTES"]
 
 #: Every kernel made by :func:`cpu_kernel`, in definition order.
 KERNELS: list[CpuKernel] = []
