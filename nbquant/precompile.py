@@ -357,8 +357,8 @@ def compile_ahead(progress: bool | None = None,
     Returns
     -------
     AheadCompile or None
-        What was compiled, probe included; None when the cache held the probe's kernels or
-        one CPU is usable.
+        What was compiled, probe included; None when the cache held the probe's kernels, one
+        CPU is usable, or no cache location is writable.
 
     Examples
     --------
