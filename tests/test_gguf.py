@@ -249,3 +249,28 @@ def test_every_format_has_its_element_functions_and_kernels():
     # no closure: Numba's disk cache keys a kernel on its code, its closure's pickle (a dispatcher's holds an id of
     # its process) and, for the file, its qualified name
     assert all(k.__wrapped__.__closure__ is None for k in kernels)
+
+
+def test_c_float_to_int_conversions_of_every_kind_of_value():
+    """``round_away`` is C's ``(int)roundf(v)`` and ``trunc_i64`` C's ``(int)v`` (their low bits, as ggml stores them):
+    ties go away from zero, values just below a half stay, and NaN, infinities and ``|v| >= 2**31`` give 0. Both
+    are branch-free (so that Q8_0's and Q4_0's code loops vectorize); this pins each edge."""
+    from numba import njit
+
+    from nbquant.element.gguf_common import round_away, trunc_i64
+
+    @njit
+    def both(v):
+        return round_away(v), trunc_i64(v)
+
+    below_half = np.nextafter(np.float32(0.5), np.float32(0))
+    big = np.float32(2147483520.0)  # the largest float32 below 2**31
+    cases = {0.5: (1, 0), -0.5: (-1, 0), 1.5: (2, 1), -1.5: (-2, -1), 2.5: (3, 2), -2.5: (-3, -2),
+             float(below_half): (0, 0), float(-below_half): (0, 0), 126.5: (127, 126), -127.49998: (-127, -127),
+             0.0: (0, 0), -0.0: (0, 0), 1e-45: (0, 0), float(big): (2147483520, 2147483520),
+             -float(big): (-2147483520, -2147483520), 2.0**31: (0, 0), -(2.0**31): (0, 0), 3e38: (0, 0),
+             float("inf"): (0, 0), float("-inf"): (0, 0), float("nan"): (0, 0)}
+    for v, want in cases.items():
+        assert both(np.float32(v)) == want, v
+    for bits in (0xFFC00000, 0x7FFFFFFF, 0x7FC00001):
+        assert both(np.array([bits], np.uint32).view(np.float32)[0]) == (0, 0)

@@ -113,24 +113,22 @@ def trunc_i64(v):
     """C's float-to-``int`` conversion on x86-64 (``cvttss2si``): toward zero; NaN and ``|v| >= 2**31`` give
     ``INT_MIN``, whose low byte (all a narrowing store keeps) is 0, so they return 0."""
     v = np.float32(v)
-    if not abs(v) < _INT_RANGE:
-        return np.int64(0)
-    return np.int64(v)
+    return np.int64(np.int32(v if abs(v) < _INT_RANGE else np.float32(0.0)))  # branch-free: loops of it vectorize
 
 
 @element_function
 def round_away(v):
-    """C's ``roundf`` then its conversion to an integer (half away from zero; out of range or NaN: 0, as above)."""
+    """C's ``roundf`` then its conversion to an integer (half away from zero; out of range or NaN: 0, as above).
+
+    Branch-free, in 32-bit integers, so that a loop of it vectorizes: the truncation ``t`` is
+    exact, the remainder ``v - t`` too, and it moves ``t`` one step away from zero at a half or
+    more (a branch on the remainder mispredicted on half of all values: 13 ns a value for Q8_0).
+    """
     v = np.float32(v)
-    if not abs(v) < _INT_RANGE:
-        return np.int64(0)
-    t = np.int64(v)
-    r = v - np.float32(t)  # exact
-    if r >= np.float32(0.5):
-        t += 1
-    elif r <= np.float32(-0.5):
-        t -= 1
-    return t
+    w = v if abs(v) < _INT_RANGE else np.float32(0.0)
+    t = np.int32(w)
+    r = w - np.float32(t)  # exact
+    return np.int64(t + np.int32(r >= np.float32(0.5)) - np.int32(r <= np.float32(-0.5)))
 
 
 @element_function
