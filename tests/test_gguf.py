@@ -265,12 +265,12 @@ def test_c_float_to_int_conversions_of_every_kind_of_value():
 
     below_half = np.nextafter(np.float32(0.5), np.float32(0))
     big = np.float32(2147483520.0)  # the largest float32 below 2**31
-    cases = {0.5: (1, 0), -0.5: (-1, 0), 1.5: (2, 1), -1.5: (-2, -1), 2.5: (3, 2), -2.5: (-3, -2),
-             float(below_half): (0, 0), float(-below_half): (0, 0), 126.5: (127, 126), -127.49998: (-127, -127),
-             0.0: (0, 0), -0.0: (0, 0), 1e-45: (0, 0), float(big): (2147483520, 2147483520),
-             -float(big): (-2147483520, -2147483520), 2.0**31: (0, 0), -(2.0**31): (0, 0), 3e38: (0, 0),
-             float("inf"): (0, 0), float("-inf"): (0, 0), float("nan"): (0, 0)}
-    for v, want in cases.items():
-        assert both(np.float32(v)) == want, v
+    cases = [(0.5, 1, 0), (-0.5, -1, 0), (1.5, 2, 1), (-1.5, -2, -1), (2.5, 3, 2), (-2.5, -3, -2),
+             (below_half, 0, 0), (-below_half, 0, 0), (126.5, 127, 126), (-127.49998, -127, -127),
+             (0.0, 0, 0), (-0.0, 0, 0), (1e-45, 0, 0), (big, 2147483520, 2147483520),
+             (-big, -2147483520, -2147483520), (2.0**31, 0, 0), (-(2.0**31), 0, 0), (3e38, 0, 0),
+             (np.inf, 0, 0), (-np.inf, 0, 0), (np.nan, 0, 0)]
+    for v, *want in cases:
+        assert both(np.float32(v)) == tuple(want), v
     for bits in (0xFFC00000, 0x7FFFFFFF, 0x7FC00001):
         assert both(np.array([bits], np.uint32).view(np.float32)[0]) == (0, 0)
