@@ -25,6 +25,7 @@ __all__ = [
     "canonical_f32",
     "max_f32",
     "min_f32",
+    "pick",
     "f32_bits",
     "bits_f32",
     "ashr32",
@@ -192,6 +193,41 @@ def store_float(v, like):
 def canonical_f32(v):
     """``v`` as float32, a NaN as the canonical one (what every float output holds: see :func:`_from_f32`)."""
     return _from_f32(np.float32(v), np.float32(0.0))
+
+
+@intrinsic
+def _opaque(typingctx, value):
+    """``value`` unchanged: LLVM's ``freeze`` of it on the CPU (which no pass looks through), itself on CUDA."""
+    if not isinstance(value, (types.Float, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        if _is_nvptx(builder):  # NVVM IR has no freeze, and no masked stores to avoid
+            return args[0]
+        frozen = ir.instructions.Instruction(builder.block, args[0].type, "freeze", [args[0]])
+        builder._insert(frozen)
+        return frozen
+
+    return value(value), codegen
+
+
+@element_function
+def pick(take, new, old):
+    """``new if take else old``, where ``old`` was loaded from the place the result is stored to.
+
+    A loop over lanes that keeps or replaces each lane's value (``st[i, lane] = pick(better,
+    new, st[i, lane])``) then vectorizes as a blend and a plain store. As ``new if take else
+    old``, LLVM's x86 back end turns ``store(select(take, new, load p), p)`` into a masked
+    store (``vmaskmovps``): on AMD Zen 3 a 64-lane ``largest_magnitude_lanes`` took 0.89 µs
+    that way against 0.11 µs as a blend, and a load from a masked store is not forwarded.
+
+    Examples
+    --------
+    >>> from numba import njit
+    >>> njit(lambda a, b: pick(a > b, a, b))(2.0, 1.0)
+    2.0
+    """
+    return new if take else _opaque(old)
 
 
 @element_function

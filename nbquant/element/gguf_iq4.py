@@ -87,7 +87,7 @@ def iq4_try_inv(itry, mx):
 @element_function
 def iq4_better(sumqx, sumq2, best):
     """Whether a try's sums beat the best so far: ``sumq2 > 0 and sumqx**2 > best * sumq2``."""
-    return sumq2 > 0 and mul_f32(sumqx, sumqx) > mul_f32(best, sumq2)
+    return (sumq2 > 0) & (mul_f32(sumqx, sumqx) > mul_f32(best, sumq2))  # no short circuit: no branch
 
 
 @element_function

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bits import element_function
+from .bits import element_function, pick
 from .gguf_common import mul_f32
 from .gguf_iq4 import KVALUES, iq4_accumulate, iq4_better, iq4_nl_record, iq4_sigma2, iq4_try_inv, iq4_xs_record
 from .gguf_q2k import q2k_record, q2k_search_params, q2k_sigma2
@@ -125,10 +125,10 @@ def iq4_search_lanes(xt, wt, st, acc, lanes):
             sumqx, sumq2 = acc[0, lane], acc[1, lane]
             better = iq4_better(sumqx, sumq2, st[_BEST, lane])
             d = sumqx / sumq2
-            st[_RESULT, lane] = d if better else st[_RESULT, lane]
-            st[_BEST, lane] = mul_f32(d, sumqx) if better else st[_BEST, lane]
+            st[_RESULT, lane] = pick(better, d, st[_RESULT, lane])
+            st[_BEST, lane] = pick(better, mul_f32(d, sumqx), st[_BEST, lane])
     for lane in range(lanes):  # an all-but-zero sub-block: iq4_search's early return
-        st[_RESULT, lane] = np.float32(0.0) if st[_AMAX, lane] < _EPS else st[_RESULT, lane]
+        st[_RESULT, lane] = pick(st[_AMAX, lane] < _EPS, np.float32(0.0), st[_RESULT, lane])
 
 
 @element_function

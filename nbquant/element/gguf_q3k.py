@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bits import canonical_f32, element_function, load_f32
+from .bits import canonical_f32, element_function, load_f32, pick
 from .gguf_common import get_u16, ggml_f16, largest_magnitude, mul_f32, nearest_int, put_u16, sum_squares
 from .gguf_search import W_DIRECT, W_SIGMA, nearest_clamped, qx_code, qx_level, qx_search, search_weight
 
@@ -66,8 +66,7 @@ def q3_refine(v, fl, sumlx, suml2):
     sl2_new = sl2 + mul_f32(mul_f32(w, new), new)
     take = (slx > 0) & (new != fl) & (sl2_new > 0) & (
         mul_f32(mul_f32(slx_new, slx_new), suml2) > mul_f32(mul_f32(sumlx, sumlx), sl2_new))
-    return (new if take else fl), (slx_new if take else np.float32(sumlx)), (sl2_new if take else np.float32(suml2)), \
-        take
+    return pick(take, new, fl), pick(take, slx_new, np.float32(sumlx)), pick(take, sl2_new, np.float32(suml2)), take
 
 
 @element_function

@@ -16,7 +16,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from .bits import element_function
+from .bits import element_function, pick
 from .gguf_common import largest_magnitude, mul_f32, nearest_int
 
 __all__ = ["W_SQUARE", "W_SIGMA", "W_DIRECT", "W_AVX", "search_weight", "qx_search", "qx_level", "qx_code",
@@ -91,7 +91,7 @@ def qx_step_iscale(nmax, step, mx):
 @element_function
 def qx_better(sumlx, suml2, best):
     """Whether a ``make_qx_quants`` step's sums beat the best so far."""
-    return suml2 > 0 and mul_f32(sumlx, sumlx) > mul_f32(best, suml2)
+    return (suml2 > 0) & (mul_f32(sumlx, sumlx) > mul_f32(best, suml2))  # no short circuit: no branch
 
 
 @element_function
@@ -283,8 +283,8 @@ def kx_search_lanes(xt, wt, lt, st, acc, lanes, n, top, rmin, rdelta, nstep, fla
         for lane in range(lanes):
             v = xt[j, lane]
             w = wt[j, lane]
-            st[KX_MIN, lane] = v if v < st[KX_MIN, lane] else st[KX_MIN, lane]
-            st[_HI, lane] = v if v > st[_HI, lane] else st[_HI, lane]
+            st[KX_MIN, lane] = pick(v < st[KX_MIN, lane], v, st[KX_MIN, lane])
+            st[_HI, lane] = pick(v > st[_HI, lane], v, st[_HI, lane])
             st[_SUM_W, lane] = st[_SUM_W, lane] + w
             st[_SUM_X, lane] = st[_SUM_X, lane] + mul_f32(w, v)
     ftop = np.float32(top)
@@ -333,19 +333,19 @@ def kx_search_lanes(xt, wt, lt, st, acc, lanes, n, top, rmin, rdelta, nstep, fla
             st[_THIS_MIN, lane] = this_min
         _kx_error_lanes(xt, wt, lt, st, acc, lanes, n, use_mad)
         for lane in range(lanes):  # kx_search's update where det > 0 and the error is lower, as selects
-            better = st[_DET, lane] > 0 and acc[3, lane] < st[_BEST, lane]
-            st[_BEST, lane] = acc[3, lane] if better else st[_BEST, lane]
-            st[KX_ISCALE, lane] = st[_STEP_ISCALE, lane] if better else st[KX_ISCALE, lane]
-            st[KX_LOW, lane] = st[_STEP_LOW, lane] if better else st[KX_LOW, lane]
-            st[KX_SCALE, lane] = st[_THIS_SCALE, lane] if better else st[KX_SCALE, lane]
-            st[KX_MIN, lane] = st[_THIS_MIN, lane] if better else st[KX_MIN, lane]
+            better = (st[_DET, lane] > 0) & (acc[3, lane] < st[_BEST, lane])
+            st[_BEST, lane] = pick(better, acc[3, lane], st[_BEST, lane])
+            st[KX_ISCALE, lane] = pick(better, st[_STEP_ISCALE, lane], st[KX_ISCALE, lane])
+            st[KX_LOW, lane] = pick(better, st[_STEP_LOW, lane], st[KX_LOW, lane])
+            st[KX_SCALE, lane] = pick(better, st[_THIS_SCALE, lane], st[KX_SCALE, lane])
+            st[KX_MIN, lane] = pick(better, st[_THIS_MIN, lane], st[KX_MIN, lane])
     for lane in range(lanes):  # a flat block: kx_search's early return
         flat = st[_FLAT, lane] != 0
         lo = st[_FLAT_LO, lane]
-        st[KX_SCALE, lane] = np.float32(0.0) if flat else st[KX_SCALE, lane]
-        st[KX_MIN, lane] = lo if flat else st[KX_MIN, lane]
-        st[KX_ISCALE, lane] = np.float32(0.0) if flat else st[KX_ISCALE, lane]
-        st[KX_LOW, lane] = lo if flat else st[KX_LOW, lane]
+        st[KX_SCALE, lane] = pick(flat, np.float32(0.0), st[KX_SCALE, lane])
+        st[KX_MIN, lane] = pick(flat, lo, st[KX_MIN, lane])
+        st[KX_ISCALE, lane] = pick(flat, np.float32(0.0), st[KX_ISCALE, lane])
+        st[KX_LOW, lane] = pick(flat, lo, st[KX_LOW, lane])
 
 
 #: Rows of :func:`qx_search_lanes`' state array: its results (scale, codes' iscale), then its work.
@@ -379,9 +379,11 @@ def largest_magnitude_lanes(xt, st, amax_row, mx_row, lanes, n):
     for j in range(n):
         for lane in range(lanes):
             v = xt[j, lane]
-            bigger = abs(v) > st[amax_row, lane]
-            st[amax_row, lane] = abs(v) if bigger else st[amax_row, lane]
-            st[mx_row, lane] = v if bigger else st[mx_row, lane]
+            amax = st[amax_row, lane]  # both loaded before the selects: a load in a branch vectorizes masked
+            mx = st[mx_row, lane]
+            bigger = abs(v) > amax
+            st[amax_row, lane] = pick(bigger, abs(v), amax)
+            st[mx_row, lane] = pick(bigger, v, mx)
 
 
 @element_function
@@ -412,13 +414,13 @@ def qx_search_lanes(xt, wt, st, acc, lanes, n, nmax):
             sumlx, suml2 = acc[0, lane], acc[1, lane]
             better = qx_better(sumlx, suml2, st[_QX_BEST, lane])
             scale = sumlx / suml2
-            st[QX_ISCALE, lane] = st[_QX_STEP, lane] if better else st[QX_ISCALE, lane]
-            st[QX_SCALE, lane] = scale if better else st[QX_SCALE, lane]
-            st[_QX_BEST, lane] = scale * sumlx if better else st[_QX_BEST, lane]
+            st[QX_ISCALE, lane] = pick(better, st[_QX_STEP, lane], st[QX_ISCALE, lane])
+            st[QX_SCALE, lane] = pick(better, scale, st[QX_SCALE, lane])
+            st[_QX_BEST, lane] = pick(better, scale * sumlx, st[_QX_BEST, lane])
     for lane in range(lanes):  # an all-zero block: qx_search's early return
         tiny = st[_QX_AMAX, lane] < _EPS
-        st[QX_SCALE, lane] = np.float32(0.0) if tiny else st[QX_SCALE, lane]
-        st[QX_ISCALE, lane] = np.float32(np.nan) if tiny else st[QX_ISCALE, lane]
+        st[QX_SCALE, lane] = pick(tiny, np.float32(0.0), st[QX_SCALE, lane])
+        st[QX_ISCALE, lane] = pick(tiny, np.float32(np.nan), st[QX_ISCALE, lane])
 
 
 @element_function
