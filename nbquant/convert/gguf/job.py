@@ -43,6 +43,8 @@ __all__ = ["convert_gguf", "SLAB_ELEMENTS"]
 
 #: Values converted to float32 at a time.
 SLAB_ELEMENTS = 1 << 24
+#: Bytes written between two background ``fdatasync`` calls of the output (:class:`_Writer`).
+SYNC_BYTES = 64 << 20
 #: Values checked for the SQNR of each tensor (every k-th row).
 CHECK_ELEMENTS = 1 << 20
 _FLOAT_SOURCES = options.FLOAT_TYPES
@@ -94,19 +96,34 @@ class _Writer:
     """Writes tensors after the head, padding each to the alignment; tracks the SQNR of the sampled rows.
 
     Each write runs on a writer thread while the next slab is converted (at most one write in flight, so memory
-    stays one slab ahead); :meth:`close` waits for the last one.
+    stays one slab ahead); :meth:`close` waits for the last one. Every :data:`SYNC_BYTES` written, the writer
+    hands the file's data written so far to a second thread to ``fdatasync``, so that the disk writes overlap the
+    conversion instead of all waiting for the final ``fsync`` (0.4-0.5 s of a 330 MiB Q8_0 file).
     """
 
     def __init__(self, f, alignment: int, check: bool) -> None:
         self.f, self.alignment, self.check = f, alignment, check
         self.buffer = np.empty(0, np.float32)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="nbquant-gguf-writer")
+        self._syncer = ThreadPoolExecutor(1, thread_name_prefix="nbquant-gguf-sync")
         self._pending: Future | None = None
+        self._synced: Future | None = None
+        self._unsynced = 0
 
     def write(self, data) -> None:
         """Write ``data`` after everything written before, on the writer thread (``data`` must stay unchanged)."""
         self.drain()
-        self._pending = self._thread.submit(self.f.write, data)
+        self._pending = self._thread.submit(self._write, data)
+
+    def _write(self, data) -> None:
+        self.f.write(data)
+        self._unsynced += memoryview(data).nbytes
+        if self._unsynced >= SYNC_BYTES and (self._synced is None or self._synced.done()):
+            self._unsynced = 0
+            self.f.flush()
+            if self._synced is not None:
+                self._synced.result()  # its error, if any
+            self._synced = self._syncer.submit(getattr(os, "fdatasync", os.fsync), self.f.fileno())
 
     def drain(self) -> None:
         """Wait for the write in flight (its error raised here)."""
@@ -115,11 +132,14 @@ class _Writer:
             pending.result()
 
     def close(self) -> None:
-        """Wait for the last write and stop the writer thread."""
+        """Wait for the last write and the last background sync, and stop both threads."""
         try:
             self.drain()
+            if self._synced is not None:
+                self._synced.result()
         finally:
             self._thread.shutdown()
+            self._syncer.shutdown()
 
     def tensor(self, g, info: TensorInfo, target: str, imatrix: np.ndarray | None) -> tuple[float, int]:
         raw = g.tensor_bytes(info.name)
