@@ -196,19 +196,19 @@ def canonical_f32(v):
 
 
 @intrinsic
-def _opaque(typingctx, value):
-    """``value`` unchanged: LLVM's ``freeze`` of it on the CPU (which no pass looks through), itself on CUDA."""
-    if not isinstance(value, (types.Float, types.Integer)):
+def _select_kept(typingctx, take, new, old):
+    """``select(take, new, old)``, ``old`` through LLVM's ``freeze`` on the CPU (which no pass looks through)."""
+    if not isinstance(take, types.Boolean) or new != old or not isinstance(new, (types.Float, types.Integer)):
         return None
 
     def codegen(context, builder, signature, args):
-        if _is_nvptx(builder):  # NVVM IR has no freeze, and no masked stores to avoid
-            return args[0]
-        frozen = ir.instructions.Instruction(builder.block, args[0].type, "freeze", [args[0]])
-        builder._insert(frozen)
-        return frozen
+        take_bit, new_value, old_value = args
+        if not _is_nvptx(builder):  # NVVM IR has no freeze, and no masked stores to avoid
+            old_value = ir.instructions.Instruction(builder.block, old_value.type, "freeze", [old_value])
+            builder._insert(old_value)
+        return builder.select(take_bit, new_value, old_value)
 
-    return value(value), codegen
+    return new(take, new, old), codegen
 
 
 @element_function
@@ -217,9 +217,10 @@ def pick(take, new, old):
 
     A loop over lanes that keeps or replaces each lane's value (``st[i, lane] = pick(better,
     new, st[i, lane])``) then vectorizes as a blend and a plain store. As ``new if take else
-    old``, LLVM's x86 back end turns ``store(select(take, new, load p), p)`` into a masked
-    store (``vmaskmovps``): on AMD Zen 3 a 64-lane ``largest_magnitude_lanes`` took 0.89 µs
-    that way against 0.11 µs as a blend, and a load from a masked store is not forwarded.
+    old`` (a branch), LLVM stores under a mask (``vmaskmovps``), and its x86 back end turns even
+    ``store(select(take, new, load p), p)`` into a masked store: slow on AMD Zen 3 (64 lanes of
+    ``largest_magnitude_lanes``: 0.89 µs against 0.11 µs as a blend), and a later load cannot be
+    forwarded from it. Here the select is one instruction from the start, and ``old`` is frozen.
 
     Examples
     --------
@@ -227,7 +228,7 @@ def pick(take, new, old):
     >>> njit(lambda a, b: pick(a > b, a, b))(2.0, 1.0)
     2.0
     """
-    return new if take else _opaque(old)
+    return _select_kept(take, new, old)
 
 
 @element_function
