@@ -644,6 +644,27 @@ def test_output_syncs_in_the_background_and_a_failed_sync_leaves_nothing(model, 
     assert sorted(os.listdir(tmp_path)) == ["q.gguf", "whole.gguf"]
 
 
+@pytest.mark.parametrize("source", ["F16", "BF16"])
+def test_half_sources_widen_in_pieces_to_the_same_bits(source, monkeypatch):
+    """A slab of F16/BF16 values is widened to float32 in pieces on several threads; every bit pattern (NaNs,
+    infinities, subnormals, -0.0) comes out as the one-piece conversion gives it, at piece boundaries too."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from nbquant.convert.gguf import job
+
+    monkeypatch.setattr(job, "WIDEN_GRAIN", 1000)
+    bits = np.arange(65536, dtype=np.uint16)
+    raw = memoryview(np.concatenate([bits, bits[::-1], bits[:4321]]).astype("<u2").tobytes())
+    whole = job._to_float32(raw, source)
+    with ThreadPoolExecutor(2) as pool:
+        for parts in (2, 3, 7):
+            out = np.full(len(raw) // 2 + 5, 7.0, np.float32)
+            got = job._to_float32(raw, source, out, pool, parts)
+            assert got.view(np.uint32).tobytes() == whole.view(np.uint32).tobytes()
+    half = bits.view("<f2").astype(np.float32) if source == "F16" else (bits.astype(np.uint32) << 16).view(np.float32)
+    assert whole[:65536].view(np.uint32).tobytes() == half.view(np.uint32).tobytes()
+
+
 def test_empty_tensor(tmp_path):
     src = _file(tmp_path, tensors=[("e.weight", [0, 4], BF16), ("w.weight", [32, 2], BF16)], data=bytes(128))
     convert_gguf(src, str(tmp_path / "q.gguf"), "Q8_0", progress=False)

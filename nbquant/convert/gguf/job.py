@@ -33,7 +33,7 @@ from nbquant.gguf.policy import SCHEMES, PolicyOptions, choose_types, hyper_from
 from nbquant.gguf.policy import prune_layers as _pruned
 from nbquant.gguf.split import open_model
 
-from ...threads import thread_limit
+from ...threads import get_num_threads, thread_limit
 from ..report import Progress, sqnr_db
 from ..safetensors import ConvertError
 from . import options
@@ -43,6 +43,8 @@ __all__ = ["convert_gguf", "SLAB_ELEMENTS"]
 
 #: Values converted to float32 at a time.
 SLAB_ELEMENTS = 1 << 24
+#: Values below which a float16/bfloat16 conversion is not split between threads.
+WIDEN_GRAIN = 1 << 20
 #: Bytes written between two background ``fdatasync`` calls of the output (:class:`_Writer`).
 SYNC_BYTES = 64 << 20
 #: Values checked for the SQNR of each tensor (every k-th row).
@@ -52,16 +54,31 @@ _SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
 _QNT_VERSION = 2
 
 
-def _to_float32(raw: memoryview, source: str, out: np.ndarray | None = None) -> np.ndarray:
-    """``raw`` (F32, F16 or BF16) as float32, into ``out`` (float32, at least as long) when given."""
+def _to_float32(raw: memoryview, source: str, out: np.ndarray | None = None, pool: ThreadPoolExecutor | None = None,
+                parts: int = 1) -> np.ndarray:
+    """``raw`` (F32, F16 or BF16) as float32, into ``out`` (float32, at least as long) when given.
+
+    With a ``pool``, the conversion runs as ``parts`` contiguous pieces at once (NumPy releases the GIL in its
+    loops), one of them on the calling thread.
+    """
     if source == "F32":
         return np.frombuffer(raw, "<f4")
     n = len(raw) // 2
     out = np.empty(n, np.float32) if out is None else out[:n]
-    if source == "F16":
-        np.copyto(out, np.frombuffer(raw, "<f2"))
-    else:
-        np.left_shift(np.frombuffer(raw, "<u2"), 16, out=out.view(np.uint32), dtype=np.uint32)
+    bits = np.frombuffer(raw, "<u2")
+
+    def piece(first: int, last: int) -> None:
+        if source == "F16":
+            np.copyto(out[first:last], bits[first:last].view("<f2"))
+        else:
+            np.left_shift(bits[first:last], 16, out=out[first:last].view(np.uint32), dtype=np.uint32)
+
+    parts = max(1, min(parts, n // WIDEN_GRAIN)) if pool is not None else 1
+    bounds = [n * p // parts for p in range(parts + 1)]
+    futures = [pool.submit(piece, bounds[p], bounds[p + 1]) for p in range(1, parts)] if parts > 1 else []
+    piece(bounds[0], bounds[1])
+    for future in futures:
+        future.result()
     return out
 
 
@@ -106,6 +123,8 @@ class _Writer:
         self.buffer = np.empty(0, np.float32)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="nbquant-gguf-writer")
         self._syncer = ThreadPoolExecutor(1, thread_name_prefix="nbquant-gguf-sync")
+        self._threads = get_num_threads()
+        self._widener = ThreadPoolExecutor(max(1, self._threads - 1), thread_name_prefix="nbquant-gguf-widen")
         self._pending: Future | None = None
         self._synced: Future | None = None
         self._unsynced = 0
@@ -140,6 +159,7 @@ class _Writer:
         finally:
             self._thread.shutdown()
             self._syncer.shutdown()
+            self._widener.shutdown()
 
     def tensor(self, g, info: TensorInfo, target: str, imatrix: np.ndarray | None) -> tuple[float, int]:
         raw = g.tensor_bytes(info.name)
@@ -172,7 +192,7 @@ class _Writer:
                 stop = min(rows_per_mat, start + slab)
                 first = mat * rows_per_mat
                 x = _to_float32(raw[(first + start) * src_row:(first + stop) * src_row], source,
-                                self.buffer).reshape(-1, ne0)
+                                self.buffer, self._widener, self._threads).reshape(-1, ne0)
                 codes = _encode(x, target, weights)
                 self.write(codes.data)
                 if np.may_share_memory(codes, self.buffer):  # an F32 target is a view of the slab buffer
