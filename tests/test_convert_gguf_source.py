@@ -141,7 +141,9 @@ def test_tied_embeddings_and_notes(tmp_path):
     assert r.notes == ["llama.rope.scaling.type is not mapped by transformers and left out of config.json",
                        "llama.rope.scaling.factor is not mapped by transformers and left out of config.json",
                        "tensor rope_freqs.weight left out: llama 3's rope frequency factors, which transformers' "
-                       "model has no place for (it reads no rope scaling from a GGUF file)"]
+                       "model has no place for (it reads no rope scaling from a GGUF file)",
+                       "tokenizer not written: the file holds none (no tokenizer.ggml.model); copy tokenizer.json "
+                       "and tokenizer_config.json from the original model"]
 
 
 def test_qwen3_head_size(tmp_path):

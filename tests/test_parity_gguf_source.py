@@ -25,6 +25,9 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 
 _DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+#: The test files hold no tokenizer (tests/test_parity_gguf_tokenizer.py converts one that does).
+NO_TOKENIZER = ("tokenizer not written: the file holds none (no tokenizer.ggml.model); copy tokenizer.json and "
+                "tokenizer_config.json from the original model")
 #: The config fields that decide the model.
 _FIELDS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
            "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "rope_parameters",
@@ -50,7 +53,7 @@ def test_gguf_source_equals_transformers(tmp_path, scheme, arch, tied):
                            seed=len(arch) + tied)
     out = tmp_path / "out"
     report = convert(src, out, scheme, progress=False)
-    assert report.notes == [] and {t.encoding for t in report.quantized} == {"decoded"}
+    assert report.notes == [NO_TOKENIZER] and {t.encoding for t in report.quantized} == {"decoded"}
     dtype = getattr(torch, _DTYPES[scheme])
     peer = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="m.gguf", dtype=dtype)
     expected = {k: v.contiguous() for k, v in peer.state_dict().items()}

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["SDIST_VERSION", "build_library", "build_quantize", "GgmlOracle"]
+__all__ = ["SDIST_VERSION", "build_library", "build_quantize", "vocab_folder", "GgmlOracle"]
 
 #: The ``llama-cpp-python`` sdist whose vendored llama.cpp is the reference.
 SDIST_VERSION = "0.3.36"
@@ -71,6 +71,12 @@ def _source(cache: Path) -> Path:
         with tarfile.open(sdist) as tar:
             tar.extractall(cache, filter="data")
     return source
+
+
+def vocab_folder(cache: str | os.PathLike | None = None) -> Path:
+    """llama.cpp's vocabulary tests: ``models/ggml-vocab-NAME.gguf`` (a tokenizer's metadata, no tensors) with
+    ``.gguf.inp`` (texts) and ``.gguf.out`` (the ids the model's own Hugging Face tokenizer gives them)."""
+    return _source(_cache(cache)) / "models"
 
 
 def _build(cache: Path, build: str, target: str, tools: bool, extra: tuple[str, ...] = ()) -> None:

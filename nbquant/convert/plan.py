@@ -83,6 +83,8 @@ class Checkpoint:
         ``config.json``.
     notes : list[str]
         What reading the source left out (a GGUF source: :mod:`nbquant.convert.sources.gguf`), for the report.
+    generated : dict[str, str]
+        Files written from the source's metadata: relative path → text (a GGUF source's tokenizer files).
     """
 
     root: str
@@ -92,6 +94,7 @@ class Checkpoint:
     other_files: list[str] = field(default_factory=list)
     config: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    generated: dict[str, str] = field(default_factory=dict)
 
     @property
     def total_bytes(self) -> int:

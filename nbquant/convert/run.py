@@ -154,7 +154,7 @@ def _stamp(ckpt: Checkpoint, scheme_name: str, ignore: list[str], default_ignore
     """The run, as its stamp records it: source, scheme, ignore list (and whether the defaults apply), source shards
     and every file it writes."""
     sources = {name: [os.path.getsize(f.path), os.path.getmtime(f.path)] for name, f in ckpt.shards.items()}
-    files = sorted({*ckpt.shards, ckpt.index_name, "config.json", *ckpt.other_files})
+    files = sorted({*ckpt.shards, ckpt.index_name, "config.json", *ckpt.other_files, *ckpt.generated})
     return {"src": os.path.abspath(ckpt.root), "scheme": scheme_name, "ignore": ignore, "shards": sources,
             "files": files, "default_ignore": default_ignore}
 
@@ -458,6 +458,10 @@ def _run(job: Job, ckpt: Checkpoint, plans: dict[str, ShardPlan], sel: Selection
     index = {"metadata": {"total_size": rep.bytes_out}, "weight_map": weight_map}
     _write_text(os.path.join(dst, ckpt.index_name), json.dumps(index, indent=2, sort_keys=True))
     _write_text(os.path.join(dst, "config.json"), json.dumps(config, indent=2, sort_keys=True))
+    for rel, text in ckpt.generated.items():
+        _write_text(os.path.join(dst, rel), text)
+    if ckpt.generated:
+        say(f"wrote {', '.join(ckpt.generated)} from the source's metadata")
     os.unlink(os.path.join(dst, STAMP))
     sync_dir(dst)
     return rep

@@ -13,6 +13,9 @@ its legacy path for these architectures): every tensor decoded to float32 as ggu
 torch's CPU cast does (round to nearest even; NaN as torch writes it). ``output.weight`` absent means
 tied embeddings. The architectures mapped are :data:`ARCHITECTURES`; any other is refused.
 
+The tokenizer stored in the metadata is written back as ``tokenizer.json`` and ``tokenizer_config.json``
+(:mod:`~nbquant.convert.sources.gguf_tokenizer`); a tokenizer it does not write is a note.
+
 A ``BF16`` / ``F16`` / ``F32`` target writes that checkpoint. Any other scheme re-quantizes the weights
 from their ``BF16`` decoding: the output is what converting the ``BF16`` checkpoint would write.
 
@@ -47,6 +50,7 @@ from ..plan import Checkpoint
 from ..safetensors import ConvertError, TensorEntry, dtype_name
 from ..schemes import Scheme
 from .dense import DENSE_DTYPES
+from .gguf_tokenizer import tokenizer_files
 from .view import Decoded, DecodedFile
 
 __all__ = ["ARCHITECTURES", "GGUFShard", "GGUFWeight", "is_gguf", "open_gguf", "SHARD_BYTES"]
@@ -322,7 +326,8 @@ def open_gguf(src: str, target: Scheme) -> Checkpoint:
     -------
     Checkpoint
         Its ``root`` is ``src``; shards ``model.safetensors`` (or ``model-0000i-of-0000N.safetensors``) of
-        :class:`GGUFShard`; ``config`` the transformers config; ``notes`` what was left out.
+        :class:`GGUFShard`; ``config`` the transformers config; ``notes`` what was left out; ``generated``
+        the tokenizer files.
 
     Raises
     ------
@@ -384,4 +389,6 @@ def open_gguf(src: str, target: Scheme) -> Checkpoint:
         shards[shard] = GGUFShard(g.path, {n: weights[n] for n in group}, entries)
         weight_map.update(dict.fromkeys(group, shard))
     config["torch_dtype"] = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}[dtype_name(dtype)]
-    return Checkpoint(src, shards, weight_map, "model.safetensors.index.json", [], config, notes)
+    generated, tokenizer_notes = tokenizer_files(g.value, config.get("max_position_embeddings"))
+    return Checkpoint(src, shards, weight_map, "model.safetensors.index.json", [], config,
+                      notes + tokenizer_notes, generated)
