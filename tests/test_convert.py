@@ -392,6 +392,30 @@ def test_no_space_left(tmp_path, monkeypatch):
     assert not [f for f in os.listdir(tmp_path / "out2") if "safetensors" in f]
 
 
+def test_shards_sync_in_the_background_and_a_failed_sync_leaves_nothing(llama, tmp_path, monkeypatch):
+    """Every ``disksync.SYNC_BYTES`` written, a shard's data go to a second thread to ``fdatasync`` (the disk writes
+    overlap the conversion); the files are the same bytes, and a sync that fails ends the run with one line and no
+    shard, temporary files included."""
+    from nbquant.convert import disksync
+
+    convert(llama, tmp_path / "whole", "W4A16", progress=False)
+    synced = []
+    monkeypatch.setattr(disksync, "SYNC_BYTES", 1 << 12)
+    monkeypatch.setattr(disksync.os, "fdatasync", lambda fd: synced.append(fd), raising=False)
+    convert(llama, tmp_path / "out", "W4A16", progress=False)
+    shards = sorted(f for f in os.listdir(tmp_path / "whole") if f.endswith(".safetensors"))
+    assert len(synced) >= 2 * len(shards)
+    assert [(tmp_path / "out" / f).read_bytes() for f in shards] == [(tmp_path / "whole" / f).read_bytes()
+                                                                      for f in shards]
+
+    def failing(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(disksync.os, "fdatasync", failing, raising=False)
+    expect_error(llama, tmp_path / "bad", match=".partial: cannot write: Input/output error")
+    assert not [f for f in os.listdir(tmp_path / "bad") if "safetensors" in f]
+
+
 # --- interrupted runs ---------------------------------------------------------------------------------------
 
 

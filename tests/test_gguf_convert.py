@@ -622,15 +622,16 @@ def test_writes_never_follow_links_and_failures_leave_nothing(model, tmp_path):
 
 
 def test_output_syncs_in_the_background_and_a_failed_sync_leaves_nothing(model, tmp_path, monkeypatch):
-    """Every ``SYNC_BYTES`` the writer hands the data written so far to a second thread to ``fdatasync`` (the disk
-    writes overlap the conversion); the file is the same bytes, and a sync that fails (a full or failing disk)
-    ends the job with one line and no output, temporary file included."""
+    """Every ``disksync.SYNC_BYTES`` the writer hands the data written so far to a second thread to ``fdatasync``
+    (the disk writes overlap the conversion); the file is the same bytes, and a sync that fails (a full or failing
+    disk) ends the job with one line and no output, temporary file included."""
+    from nbquant.convert import disksync
     from nbquant.convert.gguf import job
 
     whole = str(tmp_path / "whole.gguf")
     convert_gguf(model, whole, "Q8_0", progress=False)
     synced = []
-    monkeypatch.setattr(job, "SYNC_BYTES", 1 << 16)
+    monkeypatch.setattr(disksync, "SYNC_BYTES", 1 << 16)
     monkeypatch.setattr(job.os, "fdatasync", lambda fd: synced.append(fd), raising=False)
     convert_gguf(model, str(tmp_path / "q.gguf"), "Q8_0", progress=False)
     assert len(synced) >= 2 and (tmp_path / "q.gguf").read_bytes() == open(whole, "rb").read()

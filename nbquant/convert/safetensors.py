@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from .disksync import BackgroundSync
 from .untrusted_json import UntrustedJSONError, loads
 
 __all__ = ["BITS", "DTYPES", "ConvertError", "TensorEntry", "SafetensorsFile", "ShardWriter", "dtype_name", "layout"]
@@ -344,6 +345,9 @@ def _no_space(path: str, e: OSError) -> ConvertError:
 class ShardWriter:
     """Write one safetensors file, tensor by tensor, in any order; it appears under its name only when complete.
 
+    The data written go to disk in the background as the file grows
+    (:class:`~nbquant.convert.disksync.BackgroundSync`); :meth:`close` syncs the rest before the rename.
+
     Parameters
     ----------
     path : str
@@ -379,6 +383,7 @@ class ShardWriter:
             self.fd = os.open(self.partial, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as e:
             raise _no_space(self.partial, e) from None
+        self._sync = BackgroundSync(self.fd)  # the data reach the disk while the job goes on
         try:
             free = _free_bytes(os.path.dirname(self.partial))
             if free is not None and free < self.size:
@@ -393,6 +398,7 @@ class ShardWriter:
         while len(data):
             n = os.pwrite(self.fd, data, at)
             data, at = data[n:], at + n
+            self._sync.written(n)
 
     def write(self, name: str, array: np.ndarray) -> None:
         """Write tensor ``name`` (its bytes, C order); its size must match the planned entry."""
@@ -415,6 +421,7 @@ class ShardWriter:
                 while at < end:
                     n = _copy_range(src, begin, self.fd, at, min(end - at, 1 << 30))
                     at, begin = at + n, begin + n
+                    self._sync.written(n)
         except OSError as e:
             raise _no_space(self.partial, e) from None
         self.pending.discard(name)
@@ -433,6 +440,7 @@ class ShardWriter:
             self.abort()
             raise ConvertError(f"{self.path}: tensors never written: {', '.join(sorted(self.pending))}")
         try:
+            self._sync.close()
             os.fsync(self.fd)
             os.close(self.fd)
             self.fd = -1
@@ -445,6 +453,10 @@ class ShardWriter:
     def abort(self) -> None:
         """Close and delete the partial file (idempotent)."""
         if self.fd >= 0:
+            try:
+                self._sync.close()  # the fd stays open while a sync uses it
+            except OSError:
+                pass
             os.close(self.fd)
             self.fd = -1
         try:

@@ -34,6 +34,7 @@ from nbquant.gguf.policy import prune_layers as _pruned
 from nbquant.gguf.split import open_model
 
 from ...threads import get_num_threads, thread_limit
+from ..disksync import BackgroundSync
 from ..report import Progress, sqnr_db
 from ..safetensors import ConvertError
 from . import options
@@ -45,8 +46,6 @@ __all__ = ["convert_gguf", "SLAB_ELEMENTS"]
 SLAB_ELEMENTS = 1 << 24
 #: Values below which a float16/bfloat16 conversion is not split between threads.
 WIDEN_GRAIN = 1 << 20
-#: Bytes written between two background ``fdatasync`` calls of the output (:class:`_Writer`).
-SYNC_BYTES = 64 << 20
 #: Values checked for the SQNR of each tensor (every k-th row).
 CHECK_ELEMENTS = 1 << 20
 _FLOAT_SOURCES = options.FLOAT_TYPES
@@ -113,8 +112,9 @@ class _Writer:
     """Writes tensors after the head, padding each to the alignment; tracks the SQNR of the sampled rows.
 
     Each write runs on a writer thread while the next slab is converted (at most one write in flight, so memory
-    stays one slab ahead); :meth:`close` waits for the last one. Every :data:`SYNC_BYTES` written, the writer
-    hands the file's data written so far to a second thread to ``fdatasync``, so that the disk writes overlap the
+    stays one slab ahead); :meth:`close` waits for the last one. Every
+    :data:`~nbquant.convert.disksync.SYNC_BYTES` written, the file's data written so far goes to a second thread
+    to ``fdatasync`` (:class:`~nbquant.convert.disksync.BackgroundSync`), so that the disk writes overlap the
     conversion instead of all waiting for the final ``fsync`` (0.4-0.5 s of a 330 MiB Q8_0 file).
     """
 
@@ -122,12 +122,10 @@ class _Writer:
         self.f, self.alignment, self.check = f, alignment, check
         self.buffer = np.empty(0, np.float32)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="nbquant-gguf-writer")
-        self._syncer = ThreadPoolExecutor(1, thread_name_prefix="nbquant-gguf-sync")
+        self._sync = BackgroundSync(f.fileno(), before=f.flush)
         self._threads = get_num_threads()
         self._widener = ThreadPoolExecutor(max(1, self._threads - 1), thread_name_prefix="nbquant-gguf-widen")
         self._pending: Future | None = None
-        self._synced: Future | None = None
-        self._unsynced = 0
 
     def write(self, data) -> None:
         """Write ``data`` after everything written before, on the writer thread (``data`` must stay unchanged)."""
@@ -136,13 +134,7 @@ class _Writer:
 
     def _write(self, data) -> None:
         self.f.write(data)
-        self._unsynced += memoryview(data).nbytes
-        if self._unsynced >= SYNC_BYTES and (self._synced is None or self._synced.done()):
-            self._unsynced = 0
-            self.f.flush()
-            if self._synced is not None:
-                self._synced.result()  # its error, if any
-            self._synced = self._syncer.submit(getattr(os, "fdatasync", os.fsync), self.f.fileno())
+        self._sync.written(memoryview(data).nbytes)
 
     def drain(self) -> None:
         """Wait for the write in flight (its error raised here)."""
@@ -154,12 +146,12 @@ class _Writer:
         """Wait for the last write and the last background sync, and stop both threads."""
         try:
             self.drain()
-            if self._synced is not None:
-                self._synced.result()
         finally:
-            self._thread.shutdown()
-            self._syncer.shutdown()
-            self._widener.shutdown()
+            try:
+                self._sync.close()
+            finally:
+                self._thread.shutdown()
+                self._widener.shutdown()
 
     def tensor(self, g, info: TensorInfo, target: str, imatrix: np.ndarray | None) -> tuple[float, int]:
         raw = g.tensor_bytes(info.name)
