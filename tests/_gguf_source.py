@@ -42,6 +42,20 @@ def llama_tensors(hidden: int, intermediate: int, layers: int, vocab: int, heads
     return out
 
 
+def phi3_tensors(hidden: int, intermediate: int, layers: int, vocab: int, heads: int, kv_heads: int,
+                 tied: bool = False) -> list[tuple[str, tuple[int, ...]]]:
+    """The tensor names and NumPy-order shapes of a Phi-3 model (fused ``attn_qkv`` and gate/up ``ffn_up``)."""
+    kv = hidden // heads * kv_heads
+    out = [("token_embd.weight", (vocab, hidden))]
+    for i in range(layers):
+        out += [(f"blk.{i}.attn_norm.weight", (hidden,)), (f"blk.{i}.attn_qkv.weight", (hidden + 2 * kv, hidden)),
+                (f"blk.{i}.attn_output.weight", (hidden, hidden)), (f"blk.{i}.ffn_norm.weight", (hidden,)),
+                (f"blk.{i}.ffn_up.weight", (2 * intermediate, hidden)),
+                (f"blk.{i}.ffn_down.weight", (hidden, intermediate))]
+    out += [("output_norm.weight", (hidden,))] + ([] if tied else [("output.weight", (vocab, hidden))])
+    return out
+
+
 def _encode(x: np.ndarray, qtype: str) -> bytes:
     if qtype == "F32":
         return x.astype("<f4").tobytes()

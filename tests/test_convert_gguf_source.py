@@ -14,7 +14,7 @@ import struct
 import ml_dtypes
 import numpy as np
 import pytest
-from _gguf_source import llama_tensors, split_gguf, write_llama_gguf
+from _gguf_source import llama_tensors, phi3_tensors, split_gguf, write_llama_gguf
 
 from nbquant import gguf
 from nbquant.cli import main
@@ -99,6 +99,26 @@ def test_quantized_gguf_types_decoded(tmp_path, scheme):
         want = _decoded(src, gname)
         want = _unpermute(want, heads) if heads else want
         assert out[hname].dtype == dtype and np.array_equal(out[hname], want.astype(dtype)), hname
+
+
+def test_phi3_keeps_its_fused_projections(tmp_path):
+    """Phi-3 stores query/key/value and gate/up fused in both formats: the tensors keep their rows as they are
+    (no rotary reordering), renamed to ``qkv_proj`` / ``gate_up_proj``; its rope factors are left out with a note."""
+    shapes = phi3_tensors(64, 96, 1, 32, 4, 2) + [("rope_factors_long.weight", (8,))]
+    src = write_llama_gguf(str(tmp_path / "m.gguf"), hidden=64, intermediate=96, layers=1, vocab=32, heads=4,
+                           kv_heads=2, arch="phi3", tensors=shapes, types={"attn_qkv.weight": "Q8_0"})
+    r = convert(src, str(tmp_path / "out"), "F32", progress=False)
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["architectures"] == ["Phi3ForCausalLM"] and config["model_type"] == "phi3"
+    assert "head_dim" not in config and config["intermediate_size"] == 96
+    out = _tensors(tmp_path / "out")
+    assert out["model.layers.0.self_attn.qkv_proj.weight"].shape == (128, 64)
+    assert out["model.layers.0.mlp.gate_up_proj.weight"].shape == (192, 64)
+    for gname, hname in [("blk.0.attn_qkv.weight", "model.layers.0.self_attn.qkv_proj.weight"),
+                         ("blk.0.ffn_up.weight", "model.layers.0.mlp.gate_up_proj.weight")]:
+        assert np.array_equal(out[hname], _decoded(src, gname)), hname
+    assert r.notes[0] == ("tensor rope_factors_long.weight left out: Phi-3's long-context rope factors, which "
+                          "transformers' model has no place for (it reads no rope scaling from a GGUF file)")
 
 
 def test_rows_read_as_the_whole(tmp_path):
@@ -204,7 +224,7 @@ def test_bad_inputs_one_line(tmp_path):
     refused(src, "a.gguf: not a readable GGUF file: tensor 'output.weight'.s 8192 bytes run past the end")
     refused(write_llama_gguf(str(tmp_path / "b.gguf"), arch="gemma", **small),
             r"b.gguf: GGUF architecture 'gemma' is not one nbquant writes as a Hugging Face checkpoint \(it maps "
-            "llama, qwen2, qwen3\\); convert it to GGUF instead")
+            "llama, qwen2, qwen3, phi3\\); convert it to GGUF instead")
     bad_k = [(n, (48, 128) if n == "blk.0.attn_k.weight" else s) for n, s in llama_tensors(128, 256, 1, 32, 8, 2)]
     refused(write_llama_gguf(str(tmp_path / "c.gguf"), tensors=bad_k, **small),
             r"tensor blk.0.attn_k.weight has shape \[48, 128\]; the metadata \(llama.\*\) give "

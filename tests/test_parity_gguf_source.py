@@ -14,9 +14,10 @@ import json
 
 import numpy as np
 import pytest
-from _gguf_source import MIXED, write_llama_gguf
+from _gguf_source import MIXED, phi3_tensors, write_llama_gguf
 
 from nbquant.convert import convert
+from nbquant.gguf.file import Field
 
 pytestmark = pytest.mark.parity
 
@@ -45,12 +46,18 @@ def _load_output(folder) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("scheme", ["BF16", "F16", "F32"])
-@pytest.mark.parametrize(("arch", "tied"), [("llama", False), ("llama", True), ("qwen2", False), ("qwen3", True)])
+@pytest.mark.parametrize(("arch", "tied"), [("llama", False), ("llama", True), ("qwen2", False), ("qwen3", True),
+                                           ("phi3", False)])
 def test_gguf_source_equals_transformers(tmp_path, scheme, arch, tied):
     heads = 2 if arch == "qwen3" else 8  # qwen3: transformers' head size, 128 (the file states none)
-    src = write_llama_gguf(str(tmp_path / "m.gguf"), types=MIXED, arch=arch, tied=tied, biases=arch == "qwen2",
-                           qk_norms=arch == "qwen3", heads=heads, kv_heads=1 if arch == "qwen3" else 2,
-                           seed=len(arch) + tied)
+    kv_heads = 1 if arch == "qwen3" else 2
+    types = dict(MIXED, **{"attn_qkv.weight": "Q5_K"})
+    tensors = phi3_tensors(256, 512, 2, 64, heads, kv_heads) if arch == "phi3" else None
+    # Phi3Config's default pad_token_id (32000) is past this vocabulary: the file states its own, as real ones do
+    extra = [Field.u32("tokenizer.ggml.padding_token_id", 0)] if arch == "phi3" else None
+    src = write_llama_gguf(str(tmp_path / "m.gguf"), types=types, arch=arch, tied=tied, biases=arch == "qwen2",
+                           qk_norms=arch == "qwen3", heads=heads, kv_heads=kv_heads, seed=len(arch) + tied,
+                           tensors=tensors, extra=extra)
     out = tmp_path / "out"
     report = convert(src, out, scheme, progress=False)
     assert report.notes == [NO_TOKENIZER] and {t.encoding for t in report.quantized} == {"decoded"}

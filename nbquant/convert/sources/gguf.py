@@ -9,8 +9,9 @@ a :class:`GGUFWeight`, decoded (one tensor, or rows of it, at a time) only when 
 The definition of right is transformers' own GGUF loader (``from_pretrained(dir, gguf_file=...)``,
 its legacy path for these architectures): every tensor decoded to float32 as gguf-py's
 ``dequantize`` does (:func:`nbquant.gguf.dequantize`, equal bit for bit), the rows of llama's
-``attn_q`` / ``attn_k`` put back in Hugging Face's rotary order, then cast to the target dtype as
-torch's CPU cast does (round to nearest even; NaN as torch writes it). ``output.weight`` absent means
+``attn_q`` / ``attn_k`` put back in Hugging Face's rotary order (Phi-3's fused ``attn_qkv`` keeps its
+rows), then cast to the target dtype as torch's CPU cast does (round to nearest even; NaN as torch
+writes it). ``output.weight`` absent means
 tied embeddings. The architectures mapped are :data:`ARCHITECTURES`; any other is refused.
 
 The tokenizer stored in the metadata is written back as ``tokenizer.json`` and ``tokenizer_config.json``
@@ -57,7 +58,7 @@ __all__ = ["ARCHITECTURES", "GGUFShard", "GGUFWeight", "is_gguf", "open_gguf", "
 
 #: GGUF ``general.architecture`` → the transformers ``model_type`` and class it is written as.
 ARCHITECTURES = {"llama": ("llama", "LlamaForCausalLM"), "qwen2": ("qwen2", "Qwen2ForCausalLM"),
-                 "qwen3": ("qwen3", "Qwen3ForCausalLM")}
+                 "qwen3": ("qwen3", "Qwen3ForCausalLM"), "phi3": ("phi3", "Phi3ForCausalLM")}
 #: An output shard holds at most this many bytes of tensors (more only for one larger tensor).
 SHARD_BYTES = 5 * 10**9
 #: Values decoded to float32 at a time.
@@ -83,11 +84,21 @@ _BIASES = {"attn_q.bias": ("self_attn.q_proj.bias", True), "attn_k.bias": ("self
            "attn_v.bias": ("self_attn.v_proj.bias", True)}
 _QK_NORMS = {"attn_q_norm.weight": ("self_attn.q_norm.weight", True),
              "attn_k_norm.weight": ("self_attn.k_norm.weight", True)}
+#: Phi-3's layers: fused query/key/value and gate/up projections, stored fused in both formats.
+_PHI3_LAYER = {"attn_norm.weight": ("input_layernorm.weight", True),
+               "attn_qkv.weight": ("self_attn.qkv_proj.weight", False),
+               "attn_output.weight": ("self_attn.o_proj.weight", False),
+               "ffn_norm.weight": ("post_attention_layernorm.weight", True),
+               "ffn_up.weight": ("mlp.gate_up_proj.weight", False), "ffn_down.weight": ("mlp.down_proj.weight", False)}
 #: The head size of a qwen3 file without ``qwen3.attention.key_length`` (transformers' ``Qwen3Config`` default).
 _QWEN3_HEAD_DIM = 128
 #: Tensors transformers' model has no place for, left out with a note.
 _DROPPED = {"rope_freqs.weight": "llama 3's rope frequency factors, which transformers' model has no place for "
-                                  "(it reads no rope scaling from a GGUF file)"}
+                                  "(it reads no rope scaling from a GGUF file)",
+            "rope_factors_long.weight": "Phi-3's long-context rope factors, which transformers' model has no place "
+                                        "for (it reads no rope scaling from a GGUF file)",
+            "rope_factors_short.weight": "Phi-3's short-context rope factors, which transformers' model has no "
+                                         "place for (it reads no rope scaling from a GGUF file)"}
 _BLOCK = re.compile(r"blk\.(\d+)\.(.+)")
 #: The config keys a GGUF model must state (positive).
 _REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
@@ -283,9 +294,12 @@ def _expected(config: dict, arch: str) -> dict[str, tuple[str, tuple[int, ...]]]
     shapes = {"attn_norm.weight": (h,), "attn_q.weight": (q, h), "attn_k.weight": (k, h), "attn_v.weight": (k, h),
               "attn_output.weight": (h, q), "ffn_norm.weight": (h,), "ffn_gate.weight": (inter, h),
               "ffn_up.weight": (inter, h), "ffn_down.weight": (h, inter), "attn_q.bias": (q,), "attn_k.bias": (k,),
-              "attn_v.bias": (k,), "attn_q_norm.weight": (head_dim,), "attn_k_norm.weight": (head_dim,)}
+              "attn_v.bias": (k,), "attn_q_norm.weight": (head_dim,), "attn_k_norm.weight": (head_dim,),
+              "attn_qkv.weight": (q + 2 * k, h)}
+    if arch == "phi3" and inter is not None:
+        shapes["ffn_up.weight"] = (2 * inter, h)
     out = {g: (n, (vocab, h) if g != "output_norm.weight" else (h,)) for g, (n, _) in _GLOBAL.items()}
-    layer = dict(_LAYER, **{"qwen2": _BIASES, "qwen3": _QK_NORMS}.get(arch, {}))
+    layer = _PHI3_LAYER if arch == "phi3" else dict(_LAYER, **{"qwen2": _BIASES, "qwen3": _QK_NORMS}.get(arch, {}))
     for i in range(config["num_hidden_layers"]):
         out.update({f"blk.{i}.{g}": (f"model.layers.{i}.{n}", shapes[g]) for g, (n, _) in layer.items()})
     if config["tie_word_embeddings"]:
