@@ -56,6 +56,24 @@ def phi3_tensors(hidden: int, intermediate: int, layers: int, vocab: int, heads:
     return out
 
 
+def gemma_tensors(hidden: int, intermediate: int, layers: int, vocab: int, heads: int, kv_heads: int,
+                  head_dim: int, qk_norms: bool = False) -> list[tuple[str, tuple[int, ...]]]:
+    """The tensor names and NumPy-order shapes of a Gemma 2 (``qk_norms``: Gemma 3) text model: four norms a layer,
+    the head size apart from ``hidden / heads``, tied embeddings."""
+    q, kv = heads * head_dim, kv_heads * head_dim
+    out = [("token_embd.weight", (vocab, hidden))]
+    for i in range(layers):
+        out += [(f"blk.{i}.attn_norm.weight", (hidden,)), (f"blk.{i}.attn_q.weight", (q, hidden)),
+                (f"blk.{i}.attn_k.weight", (kv, hidden)), (f"blk.{i}.attn_v.weight", (kv, hidden))]
+        if qk_norms:
+            out += [(f"blk.{i}.attn_q_norm.weight", (head_dim,)), (f"blk.{i}.attn_k_norm.weight", (head_dim,))]
+        out += [(f"blk.{i}.attn_output.weight", (hidden, q)), (f"blk.{i}.post_attention_norm.weight", (hidden,)),
+                (f"blk.{i}.ffn_norm.weight", (hidden,)), (f"blk.{i}.ffn_gate.weight", (intermediate, hidden)),
+                (f"blk.{i}.ffn_up.weight", (intermediate, hidden)),
+                (f"blk.{i}.ffn_down.weight", (hidden, intermediate)), (f"blk.{i}.post_ffw_norm.weight", (hidden,))]
+    return out + [("output_norm.weight", (hidden,))]
+
+
 def _encode(x: np.ndarray, qtype: str) -> bytes:
     if qtype == "F32":
         return x.astype("<f4").tobytes()

@@ -14,7 +14,7 @@ import struct
 import ml_dtypes
 import numpy as np
 import pytest
-from _gguf_source import llama_tensors, phi3_tensors, split_gguf, write_llama_gguf
+from _gguf_source import gemma_tensors, llama_tensors, phi3_tensors, split_gguf, write_llama_gguf
 
 from nbquant import gguf
 from nbquant.cli import main
@@ -121,6 +121,34 @@ def test_phi3_keeps_its_fused_projections(tmp_path):
                           "transformers' model has no place for (it reads no rope scaling from a GGUF file)")
 
 
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3"])
+def test_gemma_norms_lose_the_one_llama_cpp_added(tmp_path, arch):
+    """llama.cpp stores Gemma's norm weights as ``1 + w``; transformers subtracts the one in float32, then casts.
+    Four norms a layer (Gemma 3: and the query/key norms), the head size and sliding window from the metadata."""
+    extra = [Field.u32(f"{arch}.attention.key_length", 48), Field.u32(f"{arch}.attention.sliding_window", 16)]
+    src = write_llama_gguf(str(tmp_path / "m.gguf"), hidden=64, intermediate=96, layers=1, vocab=32, heads=4,
+                           kv_heads=2, arch=arch, extra=extra,
+                           tensors=gemma_tensors(64, 96, 1, 32, 4, 2, 48, qk_norms=arch == "gemma3"))
+    report = convert(src, str(tmp_path / "out"), "BF16", progress=False)
+    assert report.notes == [f"tokenizer not written: {arch}'s tokenizer is not one nbquant writes; copy "
+                            "tokenizer.json and tokenizer_config.json from the original model"]
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["model_type"] == {"gemma2": "gemma2", "gemma3": "gemma3_text"}[arch]
+    assert (config["head_dim"], config["sliding_window"], config["tie_word_embeddings"]) == (48, 16, True)
+    out = _tensors(tmp_path / "out")
+    norms = {"attn_norm": "input_layernorm", "post_attention_norm": "post_attention_layernorm",
+             "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm"}
+    if arch == "gemma3":
+        norms.update(attn_q_norm="self_attn.q_norm", attn_k_norm="self_attn.k_norm")
+    for gname, hname in norms.items():
+        want = (_decoded(src, f"blk.0.{gname}.weight") - np.float32(1)).astype(ml_dtypes.bfloat16)
+        assert out[f"model.layers.0.{hname}.weight"].tobytes() == want.tobytes(), gname
+    want = (_decoded(src, "output_norm.weight") - np.float32(1)).astype(ml_dtypes.bfloat16)
+    assert out["model.norm.weight"].tobytes() == want.tobytes()
+    q = _decoded(src, "blk.0.attn_q.weight").astype(ml_dtypes.bfloat16)  # no rotary reordering
+    assert out["model.layers.0.self_attn.q_proj.weight"].tobytes() == q.tobytes()
+
+
 def test_rows_read_as_the_whole(tmp_path):
     """A weight read by rows (the report's samples, a step) equals those rows of the whole."""
     src = write_llama_gguf(str(tmp_path / "m.gguf"), hidden=256, intermediate=256, layers=1, vocab=32,
@@ -224,7 +252,7 @@ def test_bad_inputs_one_line(tmp_path):
     refused(src, "a.gguf: not a readable GGUF file: tensor 'output.weight'.s 8192 bytes run past the end")
     refused(write_llama_gguf(str(tmp_path / "b.gguf"), arch="gemma", **small),
             r"b.gguf: GGUF architecture 'gemma' is not one nbquant writes as a Hugging Face checkpoint \(it maps "
-            "llama, qwen2, qwen3, phi3\\); convert it to GGUF instead")
+            "llama, qwen2, qwen3, phi3, gemma2, gemma3\\); convert it to GGUF instead")
     bad_k = [(n, (48, 128) if n == "blk.0.attn_k.weight" else s) for n, s in llama_tensors(128, 256, 1, 32, 8, 2)]
     refused(write_llama_gguf(str(tmp_path / "c.gguf"), tensors=bad_k, **small),
             r"tensor blk.0.attn_k.weight has shape \[48, 128\]; the metadata \(llama.\*\) give "

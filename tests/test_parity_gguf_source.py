@@ -14,7 +14,7 @@ import json
 
 import numpy as np
 import pytest
-from _gguf_source import MIXED, phi3_tensors, write_llama_gguf
+from _gguf_source import MIXED, gemma_tensors, phi3_tensors, write_llama_gguf
 
 from nbquant.convert import convert
 from nbquant.gguf.file import Field
@@ -32,7 +32,7 @@ NO_TOKENIZER = ("tokenizer not written: the file holds none (no tokenizer.ggml.m
 #: The config fields that decide the model.
 _FIELDS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
            "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "rope_parameters",
-           "tie_word_embeddings", "bos_token_id", "eos_token_id", "attention_bias", "hidden_act")
+           "tie_word_embeddings", "bos_token_id", "eos_token_id", "attention_bias", "hidden_act", "sliding_window")
 
 
 def _load_output(folder) -> dict[str, np.ndarray]:
@@ -47,20 +47,28 @@ def _load_output(folder) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("scheme", ["BF16", "F16", "F32"])
 @pytest.mark.parametrize(("arch", "tied"), [("llama", False), ("llama", True), ("qwen2", False), ("qwen3", True),
-                                           ("phi3", False)])
+                                           ("phi3", False), ("gemma2", True), ("gemma3", True)])
 def test_gguf_source_equals_transformers(tmp_path, scheme, arch, tied):
     heads = 2 if arch == "qwen3" else 8  # qwen3: transformers' head size, 128 (the file states none)
     kv_heads = 1 if arch == "qwen3" else 2
     types = dict(MIXED, **{"attn_qkv.weight": "Q5_K"})
-    tensors = phi3_tensors(256, 512, 2, 64, heads, kv_heads) if arch == "phi3" else None
-    # Phi3Config's default pad_token_id (32000) is past this vocabulary: the file states its own, as real ones do
-    extra = [Field.u32("tokenizer.ggml.padding_token_id", 0)] if arch == "phi3" else None
+    tensors = phi3_tensors(256, 512, 2, 64, heads, kv_heads) if arch == "phi3" else \
+        gemma_tensors(256, 512, 2, 64, heads, kv_heads, 48, arch == "gemma3") if arch.startswith("gemma") else None
+    # Phi3Config's default pad_token_id (32000) is past this vocabulary: the file states its own, as real ones do;
+    # Gemma's files state their head size (here not hidden / heads) and sliding window
+    extra = [Field.u32("tokenizer.ggml.padding_token_id", 0)] if arch in ("phi3", "gemma2", "gemma3") else None
+    if arch.startswith("gemma"):
+        extra += [Field.u32(f"{arch}.attention.key_length", 48), Field.u32(f"{arch}.attention.value_length", 48),
+                  Field.u32(f"{arch}.attention.sliding_window", 16)]
     src = write_llama_gguf(str(tmp_path / "m.gguf"), types=types, arch=arch, tied=tied, biases=arch == "qwen2",
                            qk_norms=arch == "qwen3", heads=heads, kv_heads=kv_heads, seed=len(arch) + tied,
                            tensors=tensors, extra=extra)
     out = tmp_path / "out"
     report = convert(src, out, scheme, progress=False)
-    assert report.notes == [NO_TOKENIZER] and {t.encoding for t in report.quantized} == {"decoded"}
+    no_tokenizer = NO_TOKENIZER if not arch.startswith("gemma") else (
+        f"tokenizer not written: {arch}'s tokenizer is not one nbquant writes; copy tokenizer.json and "
+        "tokenizer_config.json from the original model")
+    assert report.notes == [no_tokenizer] and {t.encoding for t in report.quantized} == {"decoded"}
     dtype = getattr(torch, _DTYPES[scheme])
     peer = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="m.gguf", dtype=dtype)
     expected = {k: v.contiguous() for k, v in peer.state_dict().items()}

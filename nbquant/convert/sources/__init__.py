@@ -9,7 +9,8 @@
 * :mod:`.modelopt`: modelopt's NVFP4 and FP8 exports (``hf_quant_config.json``).
 * :mod:`.gptoss`: gpt-oss' MXFP4 experts (``quant_method: "mxfp4"``), to BF16/F16/F32 only.
 * :mod:`.dense`: the ``BF16`` / ``F16`` / ``F32`` targets (a plain Hugging Face checkpoint).
-* :mod:`.gguf`: a GGUF file (llama, qwen2, qwen3), every tensor decoded under its transformers name.
+* :mod:`.gguf`: a GGUF file (llama, qwen2, qwen3, phi3, gemma2, gemma3), every tensor decoded under its
+  transformers name, and its tokenizer (:mod:`.gguf_tokenizer`).
 
 See docs/convert.md, "Quantized checkpoints in".
 

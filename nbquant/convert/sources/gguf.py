@@ -58,7 +58,11 @@ __all__ = ["ARCHITECTURES", "GGUFShard", "GGUFWeight", "is_gguf", "open_gguf", "
 
 #: GGUF ``general.architecture`` → the transformers ``model_type`` and class it is written as.
 ARCHITECTURES = {"llama": ("llama", "LlamaForCausalLM"), "qwen2": ("qwen2", "Qwen2ForCausalLM"),
-                 "qwen3": ("qwen3", "Qwen3ForCausalLM"), "phi3": ("phi3", "Phi3ForCausalLM")}
+                 "qwen3": ("qwen3", "Qwen3ForCausalLM"), "phi3": ("phi3", "Phi3ForCausalLM"),
+                 "gemma2": ("gemma2", "Gemma2ForCausalLM"), "gemma3": ("gemma3_text", "Gemma3ForCausalLM")}
+#: Architectures whose norm weights llama.cpp's converter stores plus one (Gemma's ``1 + w``); transformers subtracts
+#: the one again, in float32, before the cast.
+_NORM_PLUS_ONE = ("gemma2", "gemma3")
 #: An output shard holds at most this many bytes of tensors (more only for one larger tensor).
 SHARD_BYTES = 5 * 10**9
 #: Values decoded to float32 at a time.
@@ -90,8 +94,12 @@ _PHI3_LAYER = {"attn_norm.weight": ("input_layernorm.weight", True),
                "attn_output.weight": ("self_attn.o_proj.weight", False),
                "ffn_norm.weight": ("post_attention_layernorm.weight", True),
                "ffn_up.weight": ("mlp.gate_up_proj.weight", False), "ffn_down.weight": ("mlp.down_proj.weight", False)}
-#: The head size of a qwen3 file without ``qwen3.attention.key_length`` (transformers' ``Qwen3Config`` default).
-_QWEN3_HEAD_DIM = 128
+#: Gemma 2 and 3: a norm before and after both the attention and the feed-forward block.
+_GEMMA_LAYER = dict(_LAYER, **{"ffn_norm.weight": ("pre_feedforward_layernorm.weight", True),
+                               "post_attention_norm.weight": ("post_attention_layernorm.weight", True),
+                               "post_ffw_norm.weight": ("post_feedforward_layernorm.weight", True)})
+#: The head size of a file without ``{arch}.attention.key_length``: transformers' config default.
+_DEFAULT_HEAD_DIM = {"qwen3": 128, "gemma2": 256, "gemma3": 256}
 #: Tensors transformers' model has no place for, left out with a note.
 _DROPPED = {"rope_freqs.weight": "llama 3's rope frequency factors, which transformers' model has no place for "
                                   "(it reads no rope scaling from a GGUF file)",
@@ -169,12 +177,13 @@ class GGUFWeight(Decoded):
 
     ``x[rows]`` decodes those rows (of a 1-D tensor: those values), ``np.asarray(x)`` all of it.
     ``fmt`` is None: there are no source codes to re-encode exactly, a quantized target re-quantizes.
+    ``shift`` is subtracted from the float32 decoding before the cast (Gemma's norms, stored as ``1 + w``).
     """
 
     def __init__(self, name: str, file: _File, info: TensorInfo, shape: tuple[int, ...], dtype: np.dtype,
-                 heads: int | None) -> None:
+                 heads: int | None, shift: float = 0.0) -> None:
         super().__init__(name, None, {}, shape, dtype)
-        self.file, self.info, self.heads = file, info, heads
+        self.file, self.info, self.heads, self.shift = file, info, heads, np.float32(shift)
 
     def _order(self, rows: range) -> np.ndarray:
         """The file rows that hold ``rows`` of the transformers tensor (llama's Q/K: the rotary halves interleaved
@@ -203,8 +212,10 @@ class GGUFWeight(Decoded):
         for start in range(0, len(wanted), step):
             pick = order[start:start + step]
             raw = records[pick[0]:pick[-1] + 1] if in_order else records[pick]
-            _cast(_float32(np.ascontiguousarray(raw), qtype).reshape(len(pick), -1), self.dtype,
-                  flat[start:start + len(pick)])
+            x = _float32(np.ascontiguousarray(raw), qtype).reshape(len(pick), -1)
+            if self.shift:
+                x = x - self.shift
+            _cast(x, self.dtype, flat[start:start + len(pick)])
         del records
         if len(wanted) == n:
             g.release(info.name)
@@ -248,7 +259,9 @@ def gguf_config(g: SplitModel) -> tuple[dict, list[str]]:
     config: dict = {"architectures": [cls], "model_type": model_type,
                     "tie_word_embeddings": "output.weight" not in g.tensors}
     keys = dict(_KEYS, **({"rope.dimension_count": "head_dim"} if arch == "llama" else
-                          {"attention.key_length": "head_dim"} if arch == "qwen3" else {}))
+                          {"attention.key_length": "head_dim"} if arch == "qwen3" else
+                          {"attention.key_length": "head_dim", "attention.sliding_window": "sliding_window"}
+                          if arch in _NORM_PLUS_ONE else {}))
     for key, name in keys.items():
         v = _value(g, f"{arch}.{key}", float if name in ("rope_theta", "rms_norm_eps") else int,
                    required=name in _REQUIRED)
@@ -263,8 +276,8 @@ def gguf_config(g: SplitModel) -> tuple[dict, list[str]]:
         config["vocab_size"] = len(tokens.values) if tokens is not None and tokens.is_array else \
             _shape(g, "token_embd.weight", 2)[0]
     config.setdefault("num_key_value_heads", config["num_attention_heads"])  # llama.cpp's default
-    if arch == "qwen3":  # transformers reads no head size from a qwen3 file: its config's default
-        config.setdefault("head_dim", _QWEN3_HEAD_DIM)
+    if arch in _DEFAULT_HEAD_DIM:  # a file that states no head size: transformers' config default
+        config.setdefault("head_dim", _DEFAULT_HEAD_DIM[arch])
     for name in (*_REQUIRED, "num_key_value_heads", "vocab_size"):
         if config[name] <= 0:
             raise ConvertError(f"{g.path}: the metadata give {name} = {config[name]}; expected a positive number")
@@ -295,11 +308,12 @@ def _expected(config: dict, arch: str) -> dict[str, tuple[str, tuple[int, ...]]]
               "attn_output.weight": (h, q), "ffn_norm.weight": (h,), "ffn_gate.weight": (inter, h),
               "ffn_up.weight": (inter, h), "ffn_down.weight": (h, inter), "attn_q.bias": (q,), "attn_k.bias": (k,),
               "attn_v.bias": (k,), "attn_q_norm.weight": (head_dim,), "attn_k_norm.weight": (head_dim,),
-              "attn_qkv.weight": (q + 2 * k, h)}
+              "attn_qkv.weight": (q + 2 * k, h), "post_attention_norm.weight": (h,), "post_ffw_norm.weight": (h,)}
     if arch == "phi3" and inter is not None:
         shapes["ffn_up.weight"] = (2 * inter, h)
     out = {g: (n, (vocab, h) if g != "output_norm.weight" else (h,)) for g, (n, _) in _GLOBAL.items()}
-    layer = _PHI3_LAYER if arch == "phi3" else dict(_LAYER, **{"qwen2": _BIASES, "qwen3": _QK_NORMS}.get(arch, {}))
+    base = {"phi3": _PHI3_LAYER, "gemma2": _GEMMA_LAYER, "gemma3": _GEMMA_LAYER}.get(arch, _LAYER)
+    layer = dict(base, **{"qwen2": _BIASES, "qwen3": _QK_NORMS, "gemma3": _QK_NORMS}.get(arch, {}))
     for i in range(config["num_hidden_layers"]):
         out.update({f"blk.{i}.{g}": (f"model.layers.{i}.{n}", shapes[g]) for g, (n, _) in layer.items()})
     if config["tie_word_embeddings"]:
@@ -389,7 +403,8 @@ def open_gguf(src: str, target: Scheme) -> Checkpoint:
             if shape[0] % (2 * heads):
                 raise ConvertError(f"{g.path}: tensor {name} has {shape[0]} rows, not a multiple of 2 x {heads} "
                                    "heads (its rotary halves cannot be put back)")
-        weights[hf] = GGUFWeight(hf, file, info, shape, dtype, heads)
+        shift = 1.0 if arch in _NORM_PLUS_ONE and name.endswith("norm.weight") else 0.0
+        weights[hf] = GGUFWeight(hf, file, info, shape, dtype, heads, shift)
         nbytes[hf] = math.prod(shape) * dtype.itemsize
     missing = [n for n in expected if n not in g.tensors]
     if missing:
@@ -403,6 +418,10 @@ def open_gguf(src: str, target: Scheme) -> Checkpoint:
         shards[shard] = GGUFShard(g.path, {n: weights[n] for n in group}, entries)
         weight_map.update(dict.fromkeys(group, shard))
     config["torch_dtype"] = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}[dtype_name(dtype)]
-    generated, tokenizer_notes = tokenizer_files(g.value, config.get("max_position_embeddings"))
+    if arch in _NORM_PLUS_ONE:  # Gemma's SentencePiece tokenizer: no vocabulary test to check a writer against
+        generated, tokenizer_notes = {}, [f"tokenizer not written: {arch}'s tokenizer is not one nbquant writes; "
+                                          "copy tokenizer.json and tokenizer_config.json from the original model"]
+    else:
+        generated, tokenizer_notes = tokenizer_files(g.value, config.get("max_position_embeddings"))
     return Checkpoint(src, shards, weight_map, "model.safetensors.index.json", [], config,
                       notes + tokenizer_notes, generated)
