@@ -64,7 +64,6 @@ PRE_TOKENIZERS: dict[str, tuple[str | None, bool, dict | None]] = {
     "llama3": (_LLAMA3_SPLIT, True, None),
     "llama-v3": (_LLAMA3_SPLIT, True, None),
     "qwen2": (_QWEN2_SPLIT, False, {"type": "NFC"}),
-    "deepseek-r1-qwen": (_QWEN2_SPLIT, False, {"type": "NFC"}),
     "gpt-2": (None, False, None),
 }
 #: llama.cpp's BOS default for a byte-level BPE tokenizer that does not state it (Llama 3's pre-tokenizers add it).
