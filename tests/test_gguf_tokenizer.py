@@ -108,6 +108,15 @@ def test_sentencepiece_merges_follow_transformers_order():
     assert {"type": "Strip", "content": " ", "start": 1, "stop": 0} not in tok["decoder"]["decoders"]
 
 
+def test_a_hostile_long_piece_is_not_searched_for_merges():
+    """A file's strings are untrusted: a piece of a million characters is not split a million ways (SentencePiece
+    builds no merged piece longer than 16 characters by default)."""
+    long = "a" * 1_000_000
+    tokens = ["<unk>", "a", "aa", long]
+    files, notes = tokenizer_files(_meta(model="llama", tokens=tokens, scores=[0.0, -1.0, -2.0, -3.0]))
+    assert notes == [] and json.loads(files["tokenizer.json"])["model"]["merges"] == [["a", "a"]]
+
+
 @pytest.mark.parametrize(("meta", "why"), [
     (_meta(), "the file holds none (no tokenizer.ggml.model)"),
     (_meta(model="bert", tokens=["a"]), "tokenizer.ggml.model 'bert' is not one nbquant writes (gpt2, llama)"),

@@ -66,6 +66,8 @@ PRE_TOKENIZERS: dict[str, tuple[str | None, bool, dict | None]] = {
     "qwen2": (_QWEN2_SPLIT, False, {"type": "NFC"}),
     "gpt-2": (None, False, None),
 }
+#: The longest SentencePiece piece whose splits are searched for merges (see :func:`_spm_merges`).
+MAX_MERGED_PIECE = 256
 #: llama.cpp's BOS default for a byte-level BPE tokenizer that does not state it (Llama 3's pre-tokenizers add it).
 _BPE_ADDS_BOS = {"llama-bpe", "llama3", "llama-v3"}
 
@@ -99,11 +101,18 @@ def _template(bos: str | None, bos_id: int | None, eos: str | None, eos_id: int 
             "special_tokens": {t: {"id": t, "ids": [i], "tokens": [t]} for t, i in marks}}
 
 
-def _spm_merges(tokens: list[str], scores: list[float], types: list[int] | None) -> list[list[str]]:
-    """SentencePiece BPE merges from the scores, ordered as transformers' ``generate_merges`` orders them."""
+def _spm_merges(tokens: list[str], scores: list[float]) -> list[list[str]]:
+    """SentencePiece BPE merges from the scores, ordered as transformers' ``generate_merges`` orders them.
+
+    A piece longer than :data:`MAX_MERGED_PIECE` characters is not split: SentencePiece builds none (its
+    ``max_sentencepiece_length`` is 16 by default), and a hostile file's long strings cannot make the search
+    quadratic.
+    """
     ids = {t: i for i, t in enumerate(tokens)}
     merges = []
     for piece, score in zip(tokens, scores, strict=True):
+        if len(piece) > MAX_MERGED_PIECE:
+            continue
         local = [(piece[:k], piece[k:]) for k in range(1, len(piece)) if piece[:k] in ids and piece[k:] in ids]
         local.sort(key=lambda lr: (ids[lr[0]], ids[lr[1]]))
         merges.extend((score, left, right) for left, right in local)
@@ -200,7 +209,7 @@ tokenizer.json and tokenizer_config.json from the original model"])
             {"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"},
             {"type": "Fuse"}, *([{"type": "Strip", "content": " ", "start": 1, "stop": 0}] if prefix else [])]}
         bpe = {"unk_token": unk, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
-               "merges": _spm_merges(tokens, scores, types)}
+               "merges": _spm_merges(tokens, scores)}
     tokenizer = {
         "version": "1.0", "truncation": None, "padding": None,
         "added_tokens": _added(tokens, types, bos_id, eos_id, unk_id),
