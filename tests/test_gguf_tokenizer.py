@@ -123,7 +123,7 @@ def test_a_hostile_long_piece_is_not_searched_for_merges():
     (_meta(model="gpt2", tokens=[]), "the file holds no tokenizer.ggml.tokens"),
     (_meta(model="gpt2", pre="tekken", tokens=["a"], merges=[]),
      "tokenizer.ggml.pre 'tekken' is not a pre-tokenizer nbquant writes (llama-bpe, llama3, llama-v3, qwen2, "
-     "gpt-2)"),
+     "deepseek-coder, gpt-2)"),
     (_meta(model="gpt2", pre="qwen2", tokens=["a", "b"]), "a BPE tokenizer without tokenizer.ggml.merges"),
     (_meta(model="llama", tokens=["a", "b"]), "a SentencePiece tokenizer without tokenizer.ggml.scores"),
     (_meta(model="llama", tokens=["a", "b"], scores=[0.0]),

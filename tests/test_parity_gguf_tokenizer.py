@@ -26,7 +26,8 @@ transformers = pytest.importorskip("transformers")
 
 _ORACLE = Path(__file__).resolve().parents[1] / "tools" / "ggml_oracle.py"
 #: Vocabulary → whether llama.cpp (and the model's tokenizer) puts BOS first.
-VOCABS = {"llama-bpe": True, "llama-spm": True, "qwen2": False, "gpt-2": False, "phi-3": True}
+VOCABS = {"llama-bpe": True, "llama-spm": True, "qwen2": False, "deepseek-coder": True, "gpt-2": False,
+          "phi-3": True}
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ checks that the written files encode every test text to those ids.
 What is written:
 
 * ``tokenizer.model == "gpt2"`` (byte-level BPE) with ``tokenizer.ggml.pre`` one of :data:`PRE_TOKENIZERS`
-  (Llama 3, Qwen2/Qwen2.5/Qwen3, GPT-2): the vocabulary and merges as stored, that model's split
+  (Llama 3, Qwen2/Qwen2.5/Qwen3, DeepSeek-Coder, GPT-2): the vocabulary and merges as stored, that model's split
   pattern, normalizer and ``ignore_merges``, the byte-level decoder.
 * ``tokenizer.model == "llama"`` (SentencePiece BPE: Llama 2, Mistral): byte fallback, the merges
   rebuilt from the scores as transformers' ``generate_merges`` builds them, the ``▁`` normalizer and
@@ -53,18 +53,20 @@ __all__ = ["PRE_TOKENIZERS", "tokenizer_files"]
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
 _LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+",)
 _QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+",)
+_DEEPSEEK_CODER_SPLIT = ("[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", "[一-龥ࠀ-一가-퟿]+", r"\p{N}")
 
-#: ``tokenizer.ggml.pre`` → (the split pattern, None for GPT-2's own; ``ignore_merges``; the normalizer), as
-#: in those models' own ``tokenizer.json``.
-PRE_TOKENIZERS: dict[str, tuple[str | None, bool, dict | None]] = {
+#: ``tokenizer.ggml.pre`` → (the split patterns, applied in turn, or none for GPT-2's own; ``ignore_merges``; the
+#: normalizer), as in those models' own ``tokenizer.json``.
+PRE_TOKENIZERS: dict[str, tuple[tuple[str, ...], bool, dict | None]] = {
     "llama-bpe": (_LLAMA3_SPLIT, True, None),
     "llama3": (_LLAMA3_SPLIT, True, None),
     "llama-v3": (_LLAMA3_SPLIT, True, None),
     "qwen2": (_QWEN2_SPLIT, False, {"type": "NFC"}),
-    "gpt-2": (None, False, None),
+    "deepseek-coder": (_DEEPSEEK_CODER_SPLIT, False, None),
+    "gpt-2": ((), False, None),
 }
 #: The longest SentencePiece piece whose splits are searched for merges (see :func:`_spm_merges`).
 MAX_MERGED_PIECE = 256
@@ -188,11 +190,10 @@ tokenizer.json and tokenizer_config.json from the original model"])
     template = _template(bos if add_bos else None, bos_id, eos if add_eos else None, eos_id)
     vocab = {t: i for i, t in enumerate(tokens)}
     if model == "gpt2":
-        split, ignore_merges, normalizer = PRE_TOKENIZERS[pre]
-        byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
-                      "use_regex": split is None}
-        pre_tokenizer = byte_level if split is None else {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": split}, "behavior": "Isolated", "invert": False},
+        splits, ignore_merges, normalizer = PRE_TOKENIZERS[pre]
+        byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": not splits}
+        pre_tokenizer = byte_level if not splits else {"type": "Sequence", "pretokenizers": [
+            *({"type": "Split", "pattern": {"Regex": p}, "behavior": "Isolated", "invert": False} for p in splits),
             dict(byte_level, trim_offsets=False)]}
         post = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True}
         post_processor = post if template is None else {"type": "Sequence", "processors": [post, template]}
