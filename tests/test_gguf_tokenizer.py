@@ -120,20 +120,37 @@ def test_a_hostile_long_piece_is_not_searched_for_merges():
 @pytest.mark.parametrize(("meta", "why"), [
     (_meta(), "the file holds none (no tokenizer.ggml.model)"),
     (_meta(model="bert", tokens=["a"]), "tokenizer.ggml.model 'bert' is not one nbquant writes (gpt2, llama)"),
-    (_meta(model="gpt2", tokens=[]), "the file holds no tokenizer.ggml.tokens"),
+    (_meta(model="gpt2", tokens=[]), "the file holds no tokenizer.ggml.tokens (an array of strings)"),
+    (_meta(model="gpt2", tokens=[1, 2]), "the file holds no tokenizer.ggml.tokens (an array of strings)"),
+    (_meta(model="gpt2", pre=["qwen2"], tokens=["a"], merges=[]),
+     "tokenizer.ggml.pre \"['qwen2']\" is not a pre-tokenizer nbquant writes (llama-bpe, llama3, llama-v3, qwen2, "
+     "deepseek-coder, gpt-2)"),
     (_meta(model="gpt2", pre="tekken", tokens=["a"], merges=[]),
      "tokenizer.ggml.pre 'tekken' is not a pre-tokenizer nbquant writes (llama-bpe, llama3, llama-v3, qwen2, "
      "deepseek-coder, gpt-2)"),
-    (_meta(model="gpt2", pre="qwen2", tokens=["a", "b"]), "a BPE tokenizer without tokenizer.ggml.merges"),
+    (_meta(model="gpt2", pre="qwen2", tokens=["a", "b"]),
+     "a BPE tokenizer without tokenizer.ggml.merges (strings 'left right')"),
+    (_meta(model="gpt2", pre="qwen2", tokens=["a", "b"], merges=[7]),
+     "a BPE tokenizer without tokenizer.ggml.merges (strings 'left right')"),
+    (_meta(model="gpt2", pre="qwen2", tokens=["a", "b"], merges=["ab"]),
+     "a BPE tokenizer without tokenizer.ggml.merges (strings 'left right')"),
     (_meta(model="llama", tokens=["a", "b"]), "a SentencePiece tokenizer without tokenizer.ggml.scores"),
     (_meta(model="llama", tokens=["a", "b"], scores=[0.0]),
-     "tokenizer.ggml.scores does not have one value per token (2)"),
+     "tokenizer.ggml.scores does not have one number per token (2)"),
+    (_meta(model="llama", tokens=["a", "b"], scores=["x", "y"]),
+     "tokenizer.ggml.scores does not have one number per token (2)"),
     (_meta(model="gpt2", pre="qwen2", tokens=["a", "b"], merges=[], token_type=[1]),
-     "tokenizer.ggml.token_type does not have one value per token (2)"),
+     "tokenizer.ggml.token_type does not have one number per token (2)"),
 ])
 def test_what_is_not_written_is_one_note(meta, why):
     assert tokenizer_files(meta) == ({}, [f"tokenizer not written: {why}; copy tokenizer.json and "
                                           "tokenizer_config.json from the original model"])
+
+
+def test_flags_that_are_not_booleans_are_ignored():
+    """An untrusted ``add_bos_token`` that is not a boolean (a string "false") leaves llama.cpp's default."""
+    files, _ = tokenizer_files(_byte_level("llama-bpe", bos_token_id=8, add_bos_token="false"))
+    assert json.loads(files["tokenizer_config.json"])["add_bos_token"] is True
 
 
 def test_special_ids_outside_the_vocabulary_are_left_out():

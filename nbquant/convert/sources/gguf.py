@@ -67,12 +67,16 @@ _NORM_PLUS_ONE = ("gemma2", "gemma3")
 SHARD_BYTES = 5 * 10**9
 #: Values decoded to float32 at a time.
 CHUNK_ELEMENTS = 1 << 22
-#: ``{arch}.KEY`` → config key, as transformers maps them (``rope.dimension_count`` for llama only).
+#: ``{arch}.KEY`` → config key, as transformers maps them (and :data:`_ARCH_KEYS`).
 _KEYS = {"context_length": "max_position_embeddings", "block_count": "num_hidden_layers",
          "feed_forward_length": "intermediate_size", "embedding_length": "hidden_size",
          "rope.freq_base": "rope_theta", "attention.head_count": "num_attention_heads",
          "attention.head_count_kv": "num_key_value_heads", "attention.layer_norm_rms_epsilon": "rms_norm_eps",
          "vocab_size": "vocab_size"}
+#: The keys transformers maps for one architecture only.
+_ARCH_KEYS = {"llama": {"rope.dimension_count": "head_dim"}, "qwen3": {"attention.key_length": "head_dim"},
+              "gemma2": {"attention.key_length": "head_dim", "attention.sliding_window": "sliding_window"},
+              "gemma3": {"attention.key_length": "head_dim", "attention.sliding_window": "sliding_window"}}
 _TOKEN_KEYS = {"bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id", "unknown_token_id": "unk_token_id",
                "padding_token_id": "pad_token_id"}
 #: GGUF tensor name → transformers name (``{i}``: the layer), and whether it is a 1-D tensor.
@@ -258,10 +262,7 @@ def gguf_config(g: SplitModel) -> tuple[dict, list[str]]:
         model_type, cls = "mistral", "MistralForCausalLM"
     config: dict = {"architectures": [cls], "model_type": model_type,
                     "tie_word_embeddings": "output.weight" not in g.tensors}
-    keys = dict(_KEYS, **({"rope.dimension_count": "head_dim"} if arch == "llama" else
-                          {"attention.key_length": "head_dim"} if arch == "qwen3" else
-                          {"attention.key_length": "head_dim", "attention.sliding_window": "sliding_window"}
-                          if arch in _NORM_PLUS_ONE else {}))
+    keys = dict(_KEYS, **_ARCH_KEYS.get(arch, {}))
     for key, name in keys.items():
         v = _value(g, f"{arch}.{key}", float if name in ("rope_theta", "rms_norm_eps") else int,
                    required=name in _REQUIRED)

@@ -49,8 +49,8 @@ from typing import Any
 
 __all__ = ["PRE_TOKENIZERS", "tokenizer_files"]
 
-#: llama.cpp's token types (``llama_token_type``): what becomes an added token.
-NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+#: llama.cpp's token types (``llama_token_type``) that become added tokens: special, and not special.
+CONTROL, USER_DEFINED = 3, 4
 
 _LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                  r"|\s*[\r\n]+|\s+(?!\S)|\s+",)
@@ -124,7 +124,12 @@ def _spm_merges(tokens: list[str], scores: list[float]) -> list[list[str]]:
 
 def _flag(meta: Metadata, key: str, default: bool) -> bool:
     value = meta(f"tokenizer.ggml.{key}")
-    return default if value is None else bool(value)
+    return value if isinstance(value, bool) else default
+
+
+def _all(values: object, kind: type | tuple[type, ...]) -> bool:
+    """Whether ``values`` is a list of ``kind`` (a file's metadata are untrusted: an array may hold any type)."""
+    return isinstance(values, list) and all(isinstance(v, kind) and not isinstance(v, bool) for v in values)
 
 
 def tokenizer_files(meta: Metadata, context_length: int | None = None) -> tuple[dict[str, str], list[str]]:
@@ -154,6 +159,7 @@ tokenizer.json and tokenizer_config.json from the original model"])
     model = meta("tokenizer.ggml.model")
     tokens = meta("tokenizer.ggml.tokens")
     pre = meta("tokenizer.ggml.pre") or "default"
+    pre = pre if isinstance(pre, str) else repr(pre)
 
     def refuse(why: str) -> tuple[dict[str, str], list[str]]:
         return {}, [f"tokenizer not written: {why}; copy tokenizer.json and tokenizer_config.json from the "
@@ -163,19 +169,19 @@ tokenizer.json and tokenizer_config.json from the original model"])
         return refuse("the file holds none (no tokenizer.ggml.model)")
     if model not in ("gpt2", "llama"):
         return refuse(f"tokenizer.ggml.model {model!r} is not one nbquant writes (gpt2, llama)")
-    if not isinstance(tokens, list) or not tokens:
-        return refuse("the file holds no tokenizer.ggml.tokens")
+    if not _all(tokens, str) or not tokens:
+        return refuse("the file holds no tokenizer.ggml.tokens (an array of strings)")
     if model == "gpt2" and pre not in PRE_TOKENIZERS:
         return refuse(f"tokenizer.ggml.pre {pre!r} is not a pre-tokenizer nbquant writes "
                       f"({', '.join(PRE_TOKENIZERS)})")
     types = meta("tokenizer.ggml.token_type")
     scores = meta("tokenizer.ggml.scores")
     merges = meta("tokenizer.ggml.merges")
-    for key, value in (("token_type", types), ("scores", scores)):
-        if value is not None and (not isinstance(value, list) or len(value) != len(tokens)):
-            return refuse(f"tokenizer.ggml.{key} does not have one value per token ({len(tokens)})")
-    if model == "gpt2" and not isinstance(merges, list):
-        return refuse("a BPE tokenizer without tokenizer.ggml.merges")
+    for key, value, kind in (("token_type", types, int), ("scores", scores, (int, float))):
+        if value is not None and (not _all(value, kind) or len(value) != len(tokens)):
+            return refuse(f"tokenizer.ggml.{key} does not have one number per token ({len(tokens)})")
+    if model == "gpt2" and not (_all(merges, str) and all(" " in m for m in merges)):
+        return refuse("a BPE tokenizer without tokenizer.ggml.merges (strings 'left right')")
     if model == "llama" and scores is None:
         return refuse("a SentencePiece tokenizer without tokenizer.ggml.scores")
 
