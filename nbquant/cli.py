@@ -271,12 +271,14 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _run_gguf(args: argparse.Namespace) -> int:
-    """``nbquant convert IN.gguf OUT.gguf --scheme S``: 0, or 1 with one line on stderr."""
+    """``nbquant convert IN OUT.gguf --scheme S`` (IN a GGUF file or a Hugging Face folder): 0, or 1 with one line
+    on stderr."""
     from nbquant.convert import ConvertError
-    from nbquant.convert.gguf import convert_gguf, format_gguf_table
+    from nbquant.convert.gguf import convert_gguf, convert_hf_gguf, format_gguf_table
 
+    job = convert_gguf if args.src.lower().endswith(".gguf") else convert_hf_gguf  # a GGUF or a safetensors source
     try:
-        report = convert_gguf(args.src, args.dst, args.scheme, imatrix=args.imatrix, pure=args.pure,
+        report = job(args.src, args.dst, args.scheme, imatrix=args.imatrix, pure=args.pure,
                               output_tensor_type=args.output_tensor_type,
                               token_embedding_type=args.token_embedding_type,
                               leave_output_tensor=args.leave_output_tensor, include_weights=args.include_weights,
@@ -317,7 +319,7 @@ def _to_folder(args: argparse.Namespace) -> bool:
 
 
 def _run_convert(args: argparse.Namespace) -> int:
-    if args.src.lower().endswith(".gguf") and not _to_folder(args):
+    if args.src.lower().endswith(".gguf") and not _to_folder(args) or args.dst.lower().endswith(".gguf"):
         return _run_gguf(args)
     given = [flag for dest, flag in _GGUF_OPTIONS.items() if getattr(args, dest) not in (None, False)]
     if given:

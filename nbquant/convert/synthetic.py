@@ -28,7 +28,7 @@ import numpy as np
 
 from .safetensors import ShardWriter
 
-__all__ = ["write_synthetic_checkpoint", "llama_tensors", "attention_heads", "MOE_LAYOUTS"]
+__all__ = ["write_synthetic_checkpoint", "synthetic_tokenizer", "llama_tensors", "attention_heads", "MOE_LAYOUTS"]
 
 
 #: The MoE layouts of :func:`llama_tensors`: the experts' module, their projections ``(name, transposed)`` and the
@@ -107,7 +107,7 @@ def _tensor(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -
 def write_synthetic_checkpoint(path: str | os.PathLike, *, hidden: int = 1024, intermediate: int = 2816,
                                layers: int = 4, vocab: int = 8192, shard_bytes: int = 64 << 20, seed: int = 0,
                                index: bool = True, dtype: str = "bfloat16", tie_word_embeddings: bool = False,
-                               moe: str | None = None, experts: int = 4) -> list[str]:
+                               moe: str | None = None, experts: int = 4, tokenizer: bool = False) -> list[str]:
     """Write a Llama-shaped bfloat16 checkpoint to ``path``: shards, index, ``config.json``, a generation config.
 
     Parameters
@@ -131,6 +131,9 @@ def write_synthetic_checkpoint(path: str | os.PathLike, *, hidden: int = 1024, i
         ``intermediate`` rows (``moe_intermediate_size``), and a router of ``experts`` rows.
     experts : int
         Experts per layer (``num_experts`` / ``num_local_experts``).
+    tokenizer : bool
+        Also write a byte-level BPE ``tokenizer.json`` (:func:`synthetic_tokenizer`) and its
+        ``tokenizer_config.json``: a GGUF file carries its tokenizer.
 
     Returns
     -------
@@ -186,4 +189,52 @@ def write_synthetic_checkpoint(path: str | os.PathLike, *, hidden: int = 1024, i
         json.dump(config, f, indent=2)
     with open(os.path.join(path, "generation_config.json"), "w", encoding="utf-8") as f:
         json.dump({"bos_token_id": 1, "eos_token_id": 2}, f, indent=2)
+    if tokenizer:
+        with open(os.path.join(path, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(synthetic_tokenizer(vocab), f, indent=2)
+        with open(os.path.join(path, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+            json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>",
+                       "model_max_length": 4096}, f, indent=2)
     return list(weight_map)
+
+
+def _byte_chars() -> list[str]:
+    """GPT-2's byte-level alphabet: the character that stands for each byte value."""
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    extra = iter(range(256, 512))
+    return [chr(b) if b in printable else chr(next(extra)) for b in range(256)]
+
+
+def synthetic_tokenizer(vocab: int) -> dict:
+    """A GPT-2-style byte-level BPE ``tokenizer.json`` of ``vocab`` ids (at least 2).
+
+    The first ``min(vocab - 1, 256)`` ids are byte tokens, pairs of the first bytes merged fill the ids up to
+    ``vocab - 1``, and the last id is ``<|endoftext|>`` (special).
+
+    Examples
+    --------
+    >>> t = synthetic_tokenizer(260)
+    >>> t["model"]["vocab"]["!"], t["model"]["merges"][:2], t["added_tokens"][0]["id"]
+    (33, [['!', '!'], ['!', '"']], 259)
+    """
+    chars = _byte_chars()
+    tokens = chars[:min(vocab - 1, 256)]
+    merges = []
+    for a in chars[33:]:
+        for b in chars[33:]:
+            if len(tokens) >= vocab - 1:
+                break
+            merges.append([a, b])
+            tokens.append(a + b)
+    return {"version": "1.0", "truncation": None, "padding": None,
+            "added_tokens": [{"id": vocab - 1, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+                              "rstrip": False, "normalized": False, "special": True}],
+            "normalizer": None,
+            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                              "use_regex": True},
+            "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
+                               "use_regex": True},
+            "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                      "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                      "vocab": {t: i for i, t in enumerate(tokens)}, "merges": merges}}

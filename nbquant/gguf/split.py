@@ -63,6 +63,10 @@ class SplitModel:
         """The read-only bytes of tensor ``name``, in its part's map."""
         return self._owner[name].tensor_bytes(name)
 
+    def exact_records(self, name: str, qtype: str) -> None:
+        """None: a GGUF file's tensor has no other encoding to carry over (see ``HFModel.exact_records``)."""
+        return None
+
     def release(self, name: str) -> None:
         """Drop tensor ``name``'s pages from this process's memory (:meth:`GGUFFile.release`)."""
         self._owner[name].release(name)

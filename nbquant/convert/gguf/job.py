@@ -29,7 +29,7 @@ import numpy as np
 from nbquant import gguf
 from nbquant.gguf.file import INT32, UINT16, UINT32, Field, GGUFError, TensorInfo, encode_metadata, type_name
 from nbquant.gguf.imatrix import read_imatrix
-from nbquant.gguf.policy import SCHEMES, PolicyOptions, choose_types, hyper_from
+from nbquant.gguf.policy import SCHEMES, Choice, PolicyOptions, choose_types, hyper_from
 from nbquant.gguf.policy import prune_layers as _pruned
 from nbquant.gguf.split import open_model
 
@@ -40,7 +40,7 @@ from ..safetensors import ConvertError
 from . import options
 from .report import GGUFReport, GGUFTensor
 
-__all__ = ["convert_gguf", "SLAB_ELEMENTS"]
+__all__ = ["AS_IS", "convert_gguf", "SLAB_ELEMENTS"]
 
 #: Values converted to float32 at a time.
 SLAB_ELEMENTS = 1 << 24
@@ -51,6 +51,8 @@ CHECK_ELEMENTS = 1 << 20
 _FLOAT_SOURCES = options.FLOAT_TYPES
 _SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
 _QNT_VERSION = 2
+#: The scheme that writes an open model (:func:`.from_hf.open_hf`) with its own types and metadata.
+AS_IS = "AS_IS"
 
 
 def _to_float32(raw: memoryview, source: str, out: np.ndarray | None = None, pool: ThreadPoolExecutor | None = None,
@@ -153,9 +155,17 @@ class _Writer:
                 self._thread.shutdown()
                 self._widener.shutdown()
 
-    def tensor(self, g, info: TensorInfo, target: str, imatrix: np.ndarray | None) -> tuple[float, int]:
-        raw = g.tensor_bytes(info.name)
+    def tensor(self, g, info: TensorInfo, target: str, imatrix: np.ndarray | None) -> tuple[float, int, bool]:
+        """Write tensor ``info`` of ``g`` as ``target``: its SQNR, bytes written, and whether it was re-encoded
+        exactly (the source's codes and scales, :meth:`HFModel.exact_records`)."""
         source = type_name(info.type_id)
+        exact = g.exact_records(info.name, target) if target != source else None
+        if exact is not None:
+            self.write(exact.data)
+            self.drain()
+            self.write(bytes(-exact.nbytes % self.alignment))
+            return math.inf, exact.nbytes, True
+        raw = g.tensor_bytes(info.name)
         if target == source:
             self.write(raw)
             self.drain()  # the source's mapping is released below
@@ -165,7 +175,7 @@ class _Writer:
         del raw
         g.release(info.name)
         self.write(bytes(-written % self.alignment))
-        return (sqnr_db(signal, noise) if target != source and self.check else math.nan), written
+        return (sqnr_db(signal, noise) if target != source and self.check else math.nan), written, False
 
     def _convert(self, raw, info: TensorInfo, source: str, target: str, imatrix):
         ne0 = info.ne[0]
@@ -288,8 +298,9 @@ def _plan(g, scheme: str, opts: PolicyOptions, matrix, overrides: list[Field], p
 def _write_tensor(writer: _Writer, g, c, old: str, imatrix) -> GGUFTensor:
     """Write tensor ``old`` of the source as ``c`` chose; its report row."""
     source = g.tensors[old]
-    sqnr, written = writer.tensor(g, source, type_name(c.target), imatrix)
+    sqnr, written, exact = writer.tensor(g, source, type_name(c.target), imatrix)
     reason = c.reason if c.source != c.target else f"copied ({c.reason})"
+    reason += "; exact: the source's codes and scales" if exact else ""
     reason += f"; was {old}" if old != c.name else ""
     return GGUFTensor(c.name, source.shape, type_name(c.source), type_name(c.target), reason, sqnr, source.nbytes,
                       written)
@@ -325,7 +336,8 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
                  exclude_weights: list[str] | None = None, tensor_types: list[str] | None = None,
                  override_kv: list[str] | None = None, prune_layers: str | list[int] | None = None,
                  keep_split: bool = False, overwrite: bool = False,
-                 progress: bool | None = None, check: bool = True, workers: int | None = None) -> GGUFReport:
+                 progress: bool | None = None, check: bool = True, workers: int | None = None,
+                 model=None) -> GGUFReport:
     """Quantize the GGUF file ``src`` into ``dst`` as ``llama-quantize src dst SCHEME`` does, byte for byte.
 
     Parameters
@@ -369,6 +381,9 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
         Compute each converted tensor's SQNR on sampled rows (else NaN in the report).
     workers : int, optional
         At most this many threads of the kernels (:func:`nbquant.threads.thread_limit`).
+    model : HFModel, optional
+        The source already open (a Hugging Face checkpoint seen as GGUF, :func:`.from_hf.open_hf`; ``src`` is
+        then its folder); with ``scheme`` :data:`AS_IS` it is written as it is.
 
     Returns
     -------
@@ -392,13 +407,15 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
     """
     start = time.perf_counter()
     src, dst = os.fspath(src), os.fspath(dst)
+    if model is not None and scheme == AS_IS:
+        return _write_as_is(model, dst, overwrite, progress, start)
     scheme = options.check_options(scheme, output_tensor_type, token_embedding_type)
     manual = options.tensor_types(tensor_types)
     overrides = options.kv_overrides(override_kv)
     prune = options.prune_list(prune_layers)
     try:
         matrix = None if imatrix is None else _select(read_imatrix(imatrix), include_weights, exclude_weights)
-        g = open_model(src)
+        g = open_model(src) if model is None else model
     except GGUFError as e:
         raise ConvertError(str(e)) from None
     with g:
@@ -427,35 +444,51 @@ def convert_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str, *,
         count = sum(map(len, parts))
         heads = [_head((fields if i == 0 else []) + (_split_fields(i, len(parts), count) if len(parts) > 1 else []),
                        part, g, names) for i, part in enumerate(parts)]
-        tmps = [os.path.join(os.path.dirname(os.path.abspath(p)), "." + os.path.basename(p) + ".partial")
-                for p in paths]
-        bar = Progress(count, sum(g.tensors[old].nbytes for old in names.values()), enabled=progress)
-        try:
-            with thread_limit(workers):
-                for tmp, head, part in zip(tmps, heads, parts, strict=True):
-                    with _open_partial(tmp) as f:
-                        f.write(head)
-                        writer = _Writer(f, g.alignment, check)
-                        try:
-                            for c in part:
-                                report.tensors.append(_write_tensor(writer, g, c, names[c.name],
-                                                                    weights.get(c.name)))
-                                bar.update(g.tensors[names[c.name]].nbytes)
-                        finally:
-                            writer.close()
-                        f.flush()
-                        os.fsync(f.fileno())
-            for tmp, path in zip(tmps, paths, strict=True):
-                os.replace(tmp, path)
-        except BaseException as e:
-            for tmp in tmps:
-                if os.path.lexists(tmp):
-                    os.remove(tmp)
-            if isinstance(e, OSError):
-                raise ConvertError(f"{dst}: cannot write: {e.strerror or e}") from None
-            raise
-        finally:
-            bar.close()
+        _write_parts(g, dst, paths, heads, parts, names, weights, report, check, workers, progress)
     report.seconds = time.perf_counter() - start
     return report
 
+
+def _write_parts(g, dst: str, paths: list[str], heads: list[bytes], parts: list, names: dict[str, str],
+                 weights: dict, report: GGUFReport, check: bool, workers: int | None, progress: bool | None) -> None:
+    """Write each part under a temporary name beside it, synced, then renamed over its path (none on failure)."""
+    tmps = [os.path.join(os.path.dirname(os.path.abspath(p)), "." + os.path.basename(p) + ".partial") for p in paths]
+    bar = Progress(sum(map(len, parts)), sum(g.tensors[old].nbytes for old in names.values()), enabled=progress)
+    try:
+        with thread_limit(workers):
+            for tmp, head, part in zip(tmps, heads, parts, strict=True):
+                with _open_partial(tmp) as f:
+                    f.write(head)
+                    writer = _Writer(f, g.alignment, check)
+                    try:
+                        for c in part:
+                            report.tensors.append(_write_tensor(writer, g, c, names[c.name], weights.get(c.name)))
+                            bar.update(g.tensors[names[c.name]].nbytes)
+                    finally:
+                        writer.close()
+                    f.flush()
+                    os.fsync(f.fileno())
+        for tmp, path in zip(tmps, paths, strict=True):
+            os.replace(tmp, path)
+    except BaseException as e:
+        for tmp in tmps:
+            if os.path.lexists(tmp):
+                os.remove(tmp)
+        if isinstance(e, OSError):
+            raise ConvertError(f"{dst}: cannot write: {e.strerror or e}") from None
+        raise
+    finally:
+        bar.close()
+
+
+def _write_as_is(g, dst: str, overwrite: bool, progress: bool | None, start: float) -> GGUFReport:
+    """Write the model ``g`` with its own metadata and tensor types (the converter's file, no quantization)."""
+    _check_destination(g.path, dst, overwrite)
+    names = {n: n for n in g.tensors}
+    part = [Choice(n, t.type_id, t.type_id, "as llama.cpp's converter writes it") for n, t in g.tensors.items()]
+    report = GGUFReport(AS_IS, g.path, dst, g.value("general.architecture"))
+    with g:
+        head = encode_metadata(list(g.fields.values()), list(g.tensors.values()), g.alignment)
+        _write_parts(g, dst, [dst], [head], [part], names, {}, report, False, None, progress)
+    report.seconds = time.perf_counter() - start
+    return report

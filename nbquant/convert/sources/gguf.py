@@ -54,7 +54,7 @@ from .dense import DENSE_DTYPES
 from .gguf_tokenizer import tokenizer_files
 from .view import Decoded, DecodedFile
 
-__all__ = ["ARCHITECTURES", "GGUFShard", "GGUFWeight", "is_gguf", "open_gguf", "SHARD_BYTES"]
+__all__ = ["ARCHITECTURES", "GGUFShard", "GGUFWeight", "hf_tensors", "is_gguf", "open_gguf", "SHARD_BYTES"]
 
 #: GGUF ``general.architecture`` → the transformers ``model_type`` and class it is written as.
 ARCHITECTURES = {"llama": ("llama", "LlamaForCausalLM"), "qwen2": ("qwen2", "Qwen2ForCausalLM"),
@@ -114,6 +114,26 @@ _DROPPED = {"rope_freqs.weight": "llama 3's rope frequency factors, which transf
 _BLOCK = re.compile(r"blk\.(\d+)\.(.+)")
 #: The config keys a GGUF model must state (positive).
 _REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
+
+
+def hf_tensors(arch: str) -> dict[str, str]:
+    """transformers tensor name → GGUF name for the model of GGUF architecture ``arch`` (``{i}``: the layer).
+
+    Examples
+    --------
+    >>> hf_tensors("qwen2")["model.layers.{i}.self_attn.q_proj.bias"]
+    'blk.{i}.attn_q.bias'
+    """
+    out = {hf: name for name, (hf, _) in _GLOBAL.items()}
+    for name, (hf, _) in _layer_tensors(arch).items():
+        out[f"model.layers.{{i}}.{hf}"] = f"blk.{{i}}.{name}"
+    return out
+
+
+def _layer_tensors(arch: str) -> dict[str, tuple[str, bool]]:
+    """GGUF layer tensor name → (transformers name in the layer, 1-D) for ``arch``."""
+    base = {"phi3": _PHI3_LAYER, "gemma2": _GEMMA_LAYER, "gemma3": _GEMMA_LAYER}.get(arch, _LAYER)
+    return dict(base, **{"qwen2": _BIASES, "qwen3": _QK_NORMS, "gemma3": _QK_NORMS}.get(arch, {}))
 
 
 def is_gguf(src: str) -> bool:
@@ -313,8 +333,7 @@ def _expected(config: dict, arch: str) -> dict[str, tuple[str, tuple[int, ...]]]
     if arch == "phi3" and inter is not None:
         shapes["ffn_up.weight"] = (2 * inter, h)
     out = {g: (n, (vocab, h) if g != "output_norm.weight" else (h,)) for g, (n, _) in _GLOBAL.items()}
-    base = {"phi3": _PHI3_LAYER, "gemma2": _GEMMA_LAYER, "gemma3": _GEMMA_LAYER}.get(arch, _LAYER)
-    layer = dict(base, **{"qwen2": _BIASES, "qwen3": _QK_NORMS, "gemma3": _QK_NORMS}.get(arch, {}))
+    layer = _layer_tensors(arch)
     for i in range(config["num_hidden_layers"]):
         out.update({f"blk.{i}.{g}": (f"model.layers.{i}.{n}", shapes[g]) for g, (n, _) in layer.items()})
     if config["tie_word_embeddings"]:
