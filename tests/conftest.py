@@ -33,7 +33,7 @@ COMPILED_BACKENDS = [b for b in os.environ.get("NBQUANT_TEST_BACKENDS", "cpu").s
 TIERS = ("default", "full")
 #: The peers the parity tier runs against (module names; docs/testing.md); installed by the ``parity`` extra.
 PARITY_PEERS = ("torch", "torchao", "onnx", "onnxruntime", "modelopt.torch.quantization", "llmcompressor",
-                "safetensors", "transformers")
+                "safetensors", "transformers", "sentencepiece")
 ROOT = Path(__file__).resolve().parents[1]
 #: A session with at least this many cpu-backend tests starts the Numba cache warm-up (tests/_background.py).
 WARM_UP_FROM = 200

@@ -229,9 +229,9 @@ def open_hf(src: str, outtype: str | None) -> HFModel:
     layers = config.get("num_hidden_layers")
     if not isinstance(layers, int) or isinstance(layers, bool) or layers <= 0:
         raise ConvertError(f"{src}/config.json: num_hidden_layers is {layers!r}; expected a positive integer")
-    tensors = []
-    for hf, shard in ckpt.weight_map.items():
-        x = ckpt.shards[shard].tensor(hf)
+    tensors, appended = [], []
+    for hf in _converter_order(ckpt):
+        x = ckpt.shards[ckpt.weight_map[hf]].tensor(hf)
         name = _gguf_name(hf, arch, layers)
         if name is None:
             if hf == "lm_head.weight" and config.get("tie_word_embeddings"):
@@ -244,8 +244,9 @@ def open_hf(src: str, outtype: str | None) -> HFModel:
         heads = None
         if arch == "llama" and name.endswith((".attn_q.weight", ".attn_k.weight")):
             heads = config["num_attention_heads"] if ".attn_q." in name else config["num_key_value_heads"]
-        tensors.append((hf, name, x, qtype, heads))
-    tensors.sort(key=lambda t: t[0])  # the converter reads each shard's tensors in name order
+        packed = isinstance(x, Decoded) and x.fmt.codes == "weight_packed"  # the converter appends these
+        (appended if packed else tensors).append((hf, name, x, qtype, heads))
+    tensors += appended
     rope = rope_parameters(config)
     if arch == "llama" and str(rope.get("rope_type", "")).lower() == "llama3":
         head_dim = config["head_dim"]
@@ -255,6 +256,12 @@ def open_hf(src: str, outtype: str | None) -> HFModel:
     file_type = FILE_TYPES[outtype or (source.pop() if len(source) == 1 else "BF16")]
     fields = hf_fields(src, config, arch, params, file_type)
     return HFModel(src, fields, [(n, hf, x, q, h) for hf, n, x, q, h in tensors])
+
+
+def _converter_order(ckpt) -> list[str]:
+    """The tensor names in the order the converter reads them: the shards by file name, each in its header's
+    order (which is the data's for a file the safetensors library wrote; a decoded weight at its codes' place)."""
+    return [name for shard in sorted(ckpt.shards) for name in ckpt.shards[shard].entries]
 
 
 def _dtype_name(x) -> str:

@@ -45,23 +45,26 @@ def size_label(params: int) -> str:
 
 
 def rope_freqs(rope: dict, head_dim: int) -> np.ndarray:
-    """Llama 3's rope frequency factors (``rope_freqs.weight``, float32) as the converter computes them."""
+    """Llama 3's rope frequency factors (``rope_freqs.weight``, float32) as the converter computes them in torch.
+
+    Every step is a float32 operation, and ``scalar / tensor`` is torch's ``reciprocal(tensor) * scalar``.
+    """
     f32 = np.float32
     base = f32(rope.get("rope_theta", 10000.0))
     freqs = f32(1.0) / (base ** (np.arange(0, head_dim, 2, dtype=f32) / f32(head_dim)))
     factor, low, high = (f32(rope.get(k, d)) for k, d in (("factor", 8.0), ("low_freq_factor", 1.0),
                                                           ("high_freq_factor", 4.0)))
-    old = f32(rope.get("original_max_position_embeddings", 8192))
-    low_wavelen, high_wavelen = float(old) / float(low), float(old) / float(high)
+    old = rope.get("original_max_position_embeddings", 8192)
+    low_wavelen, high_wavelen = f32(old / float(low)), f32(old / float(high))
     out = np.empty(len(freqs), f32)
     for i, freq in enumerate(freqs):
-        wavelen = f32(f32(2 * math.pi) / freq)
+        wavelen = (f32(1) / freq) * f32(2 * math.pi)
         if wavelen < high_wavelen:
             out[i] = 1
         elif wavelen > low_wavelen:
             out[i] = factor
         else:
-            smooth = (old / wavelen - low) / (high - low)
+            smooth = ((f32(1) / wavelen) * f32(old) - low) / (high - low)
             out[i] = f32(1) / ((f32(1) - smooth) / factor + smooth)
     return out
 
