@@ -67,7 +67,8 @@ def test_bf16_gguf_to_bf16_checkpoint(tmp_path):
     assert config == {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "tie_word_embeddings": False,
                       "max_position_embeddings": 2048, "hidden_size": 128, "num_hidden_layers": 2,
                       "intermediate_size": 256, "num_attention_heads": 8, "num_key_value_heads": 2,
-                      "rms_norm_eps": float(np.float32(1e-5)), "vocab_size": 64, "torch_dtype": "bfloat16"}
+                      "rms_norm_eps": float(np.float32(1e-5)), "vocab_size": 64, "torch_dtype": "bfloat16",
+                      "transformers_version": "5.17.0"}
     out = _tensors(tmp_path / "out")
     assert len(out) == len(r.quantized) == 21 and {t.encoding for t in r.quantized} == {"decoded"}
     assert all(v.dtype == ml_dtypes.bfloat16 for v in out.values())

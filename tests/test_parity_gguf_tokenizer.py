@@ -70,7 +70,7 @@ def test_written_tokenizer_gives_the_models_own_ids(vocab_folder, tmp_path, name
         assert with_special == ([auto.bos_token_id] if VOCABS[name] else []) + ids, text
 
 
-def test_converted_model_and_tokenizer_run_in_transformers(vocab_folder, tmp_path):
+def test_converted_model_and_tokenizer_run_in_transformers(vocab_folder, tmp_path, capfd):
     torch = pytest.importorskip("torch")
     with open_model(str(vocab_folder / "ggml-vocab-llama-spm.gguf")) as g:
         extra = [f for k, f in g.fields.items() if k.startswith("tokenizer.") and not k.endswith(("bos_token_id",
@@ -81,7 +81,9 @@ def test_converted_model_and_tokenizer_run_in_transformers(vocab_folder, tmp_pat
     out = tmp_path / "out"
     report = convert(src, str(out), "BF16", progress=False)
     assert report.notes == []
+    capfd.readouterr()
     tok = transformers.AutoTokenizer.from_pretrained(out)
+    assert "incorrect regex pattern" not in capfd.readouterr().err  # config.json states its transformers_version
     model = transformers.AutoModelForCausalLM.from_pretrained(out)
     batch = tok("Hello world", return_tensors="pt")
     assert batch["input_ids"][0].tolist() == [1, 15043, 3186]  # <s> ▁Hello ▁world, as Llama 2's tokenizer gives

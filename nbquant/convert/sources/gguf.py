@@ -63,6 +63,9 @@ ARCHITECTURES = {"llama": ("llama", "LlamaForCausalLM"), "qwen2": ("qwen2", "Qwe
 #: Architectures whose norm weights llama.cpp's converter stores plus one (Gemma's ``1 + w``); transformers subtracts
 #: the one again, in float32, before the cast.
 _NORM_PLUS_ONE = ("gemma2", "gemma3")
+#: ``config.json``'s ``transformers_version``: the version whose GGUF loader the config follows (the parity tier's).
+#: A config without one makes transformers 5 warn, wrongly, that the tokenizer has Mistral's broken split pattern.
+TRANSFORMERS_VERSION = "5.17.0"
 #: An output shard holds at most this many bytes of tensors (more only for one larger tensor).
 SHARD_BYTES = 5 * 10**9
 #: Values decoded to float32 at a time.
@@ -438,6 +441,7 @@ def open_gguf(src: str, target: Scheme) -> Checkpoint:
         shards[shard] = GGUFShard(g.path, {n: weights[n] for n in group}, entries)
         weight_map.update(dict.fromkeys(group, shard))
     config["torch_dtype"] = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}[dtype_name(dtype)]
+    config["transformers_version"] = TRANSFORMERS_VERSION
     if arch in _NORM_PLUS_ONE:  # Gemma's SentencePiece tokenizer: no vocabulary test to check a writer against
         generated, tokenizer_notes = {}, [f"tokenizer not written: {arch}'s tokenizer is not one nbquant writes; "
                                           "copy tokenizer.json and tokenizer_config.json from the original model"]
