@@ -367,7 +367,8 @@ def _encode_field(field: Field) -> bytes:
     else:
         out.append(struct.pack("<i", field.vtype))
     if field.vtype == STRING:
-        out.extend(_encode_string(s) for s in field.values)
+        nul = b"\0"
+        out.extend(len(s).to_bytes(8, "little") + s if nul not in s else _encode_string(s) for s in field.values)
     elif field.vtype == BOOL:
         out.append(bytes(1 if b else 0 for b in field.values))
     else:

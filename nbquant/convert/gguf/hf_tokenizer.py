@@ -130,10 +130,14 @@ def _merges(tok: dict) -> list[str]:
     merges = tok["model"].get("merges")
     if not isinstance(merges, list) or not merges:
         return []
-    if all(isinstance(m, str) for m in merges):
+    kinds = set(map(type, merges))
+    if kinds == {str}:
         return merges
-    if all(isinstance(m, list) and len(m) == 2 and all(isinstance(s, str) for s in m) for m in merges):
-        return [" ".join(s.replace(" ", "\u0120") for s in pair) for pair in merges]
+    if kinds == {list} and set(map(len, merges)) == {2} and \
+            set(map(type, (s for pair in merges for s in pair))) == {str}:
+        space = "\u0120"  # a space inside a merge part, as gguf-py encodes it (chr(ord(" ") + 256))
+        return [f"{a} {b}" if " " not in a and " " not in b else f"{a.replace(' ', space)} {b.replace(' ', space)}"
+                for a, b in merges]
     raise TokenizerRefused("tokenizer.json's merges are neither strings nor pairs of strings")
 
 
