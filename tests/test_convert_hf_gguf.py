@@ -177,3 +177,9 @@ def test_cli_writes_gguf_from_a_folder(checkpoint, tmp_path, capsys):
     assert "Q4_K" in out and (tmp_path / "m.gguf").exists()
     assert main(["convert", checkpoint, str(tmp_path / "m.gguf"), "--scheme", "Q4_K_M"]) == 1
     assert "pass --overwrite" in capsys.readouterr().err
+
+
+def test_a_scheme_that_writes_a_folder_is_refused_for_a_gguf_destination(checkpoint, tmp_path):
+    with pytest.raises(ConvertError, match=r"scheme 'W4A16' is not one a .gguf destination takes: BF16, F16, F32"):
+        convert_hf_gguf(checkpoint, tmp_path / "m.gguf", "W4A16")
+    assert os.listdir(tmp_path) == []

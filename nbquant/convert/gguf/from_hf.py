@@ -40,6 +40,7 @@ import ml_dtypes
 import numpy as np
 
 from nbquant.gguf.file import Field, TensorInfo, type_id, type_name
+from nbquant.gguf.policy import ALIASES, SCHEMES
 
 from ..plan import open_checkpoint
 from ..safetensors import ConvertError
@@ -303,6 +304,9 @@ def convert_hf_gguf(src: str | os.PathLike, dst: str | os.PathLike, scheme: str,
     """
     src, dst = os.fspath(src), os.fspath(dst)
     name = str(scheme).upper()
+    if name not in FILE_TYPES and ALIASES.get(name, name) not in SCHEMES:
+        raise ConvertError(f"scheme {scheme!r} is not one a .gguf destination takes: BF16, F16, F32 or a GGUF scheme "
+                           f"({', '.join(SCHEMES)}); a compressed-tensors scheme writes a folder (DST without .gguf)")
     if name in FILE_TYPES:
         extra = sorted(k for k, v in options.items() if k not in ("overwrite", "progress", "workers", "check")
                        and v not in (None, False, []))
