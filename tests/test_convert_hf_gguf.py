@@ -183,3 +183,38 @@ def test_a_scheme_that_writes_a_folder_is_refused_for_a_gguf_destination(checkpo
     with pytest.raises(ConvertError, match=r"scheme 'W4A16' is not one a .gguf destination takes: BF16, F16, F32"):
         convert_hf_gguf(checkpoint, tmp_path / "m.gguf", "W4A16")
     assert os.listdir(tmp_path) == []
+
+
+def _piece(text: str, score: float, kind: int) -> bytes:
+    raw = text.encode()
+    body = b"\x0a" + bytes([len(raw)]) + raw + b"\x15" + np.float32(score).tobytes() + b"\x18" + bytes([kind])
+    return b"\x0a" + bytes([len(body)]) + body
+
+
+def test_a_sentencepiece_model_is_read_with_its_types_and_sampling_settings(checkpoint, tmp_path):
+    src = tmp_path / "spm"
+    os.makedirs(src)
+    for name in os.listdir(checkpoint):
+        if name != "tokenizer.json":
+            (src / name).write_bytes(open(os.path.join(checkpoint, name), "rb").read())
+    pieces = [("<unk>", 0.0, 2), ("<s>", 0.0, 3), ("</s>", 0.0, 3), ("<0x41>", 0.0, 6), ("\u2581a", -1.5, 1),
+              ("<tool>", 0.0, 4), ("x", -2.0, 5)]
+    (src / "tokenizer.model").write_bytes(b"".join(_piece(*p) for p in pieces) + b"\x12\x02\x08\x01")  # + a spec
+    (src / "generation_config.json").write_text(json.dumps({"temperature": 0.6, "top_k": 40, "do_sample": True}))
+    convert_hf_gguf(str(src), tmp_path / "m.gguf", "BF16", progress=False)
+    with open_model(str(tmp_path / "m.gguf")) as g:
+        assert g.value("tokenizer.ggml.model") == "llama" and g.value("tokenizer.ggml.pre") == "default"
+        tokens, types = g.value("tokenizer.ggml.tokens"), g.value("tokenizer.ggml.token_type")
+        assert tokens[:7] == [p[0] for p in pieces] and tokens[7] == "[PAD7]" and len(tokens) == 300
+        assert types[:8] == [2, 3, 3, 6, 1, 1, 5, 5]  # a user-defined piece is normal, as the converter reads it
+        assert g.value("tokenizer.ggml.scores")[4] == -1.5 and g.value("tokenizer.ggml.scores")[7] == -10000.0
+        keys = list(g.fields)
+        assert keys[2:5] == ["general.sampling.top_k", "general.sampling.temp", "general.name"]
+    (src / "tokenizer.model").write_bytes(_piece("<unk>", 0.0, 2)[:-3])
+    with pytest.raises(ConvertError, match="tokenizer.model is not a SentencePiece model"):
+        convert_hf_gguf(str(src), tmp_path / "n.gguf", "BF16", progress=False)
+    (src / "tokenizer.model").write_bytes(_piece("<unk>", 0.0, 2))
+    (src / "generation_config.json").write_text(json.dumps({"top_k": "forty"}))
+    with pytest.raises(ConvertError, match=r"generation_config.json: top_k is 'forty'; expected a number"):
+        convert_hf_gguf(str(src), tmp_path / "n.gguf", "BF16", progress=False)
+    assert not (tmp_path / "n.gguf").exists()

@@ -11,8 +11,11 @@ interface of :class:`nbquant.gguf.split.SplitModel`, each tensor made when read)
   dtype (bf16 for a quantized source, whose weights are decoded as transformers decodes them).
 
 Only what can be done right is done: the architectures of :data:`ARCHITECTURES` (dense; rope scaling
-none, linear or yarn) with a byte-level BPE tokenizer whose pre-tokenizer llama.cpp knows
-(:mod:`.hf_tokenizer`). Anything else is refused with one line that points to llama.cpp's converter.
+none, linear, yarn or Llama 3's) with a SentencePiece tokenizer (:mod:`.hf_sentencepiece`) or a byte-level
+BPE tokenizer whose pre-tokenizer nbquant recognizes (:mod:`.hf_tokenizer`). Anything else is refused with
+one line that points to llama.cpp's converter. The descriptive keys the converter guesses from the folder's
+name or copies from a model card (``general.basename``, ``finetune``, ``license``, ``tags`` ...) are not
+written.
 
 Exact re-encodings: a weight stored as symmetric integer codes of at most 4 (8) bits with groups of
 32·k columns or one scale per row, its scales exact in float16, holds the same codes and scales as
@@ -260,9 +263,9 @@ def open_hf(src: str, outtype: str | None) -> HFModel:
 
 
 def _converter_order(ckpt) -> list[str]:
-    """The tensor names in the order the converter reads them: the shards by file name, each in its header's
-    order (which is the data's for a file the safetensors library wrote; a decoded weight at its codes' place)."""
-    return [name for shard in sorted(ckpt.shards) for name in ckpt.shards[shard].entries]
+    """The tensor names in the order the converter reads them: the shards by file name, each shard's names sorted
+    (a decoded weight under its own name)."""
+    return [name for shard in sorted(ckpt.shards) for name in sorted(ckpt.shards[shard].entries)]
 
 
 def _dtype_name(x) -> str:

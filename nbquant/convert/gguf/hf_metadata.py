@@ -21,10 +21,11 @@ import struct
 
 import numpy as np
 
-from nbquant.gguf.file import FLOAT32, Field
+from nbquant.gguf.file import BOOL, FLOAT32, INT32, Field
 
 from ..safetensors import ConvertError
 from ..untrusted_json import UntrustedJSONError, loads
+from .hf_sentencepiece import MAX_MODEL_BYTES, sentencepiece_fields
 from .hf_tokenizer import tokenizer_fields
 
 __all__ = ["hf_fields", "rope_freqs", "rope_parameters", "size_label", "with_defaults", "FILE_TYPES"]
@@ -67,6 +68,39 @@ def rope_freqs(rope: dict, head_dim: int) -> np.ndarray:
             smooth = ((f32(1) / wavelen) * f32(old) - low) / (high - low)
             out[i] = f32(1) / ((f32(1) - smooth) / factor + smooth)
     return out
+
+
+#: ``generation_config.json`` key(s) → ``general.sampling.*`` key and type, in the converter's order.
+_SAMPLING = ((("sequence",), "sequence", "str"), (("top_k",), "top_k", "i32"), (("top_p",), "top_p", "f32"),
+             (("min_p",), "min_p", "f32"), (("xtc_probability",), "xtc_probability", "f32"),
+             (("xtc_threshold",), "xtc_threshold", "f32"), (("temperature",), "temp", "f32"),
+             (("penalty_last_n",), "penalty_last_n", "i32"),
+             (("penalty_repeat", "repetition_penalty"), "penalty_repeat", "f32"), (("mirostat",), "mirostat", "i32"),
+             (("mirostat_tau",), "mirostat_tau", "f32"), (("mirostat_eta",), "mirostat_eta", "f32"))
+
+
+def _sampling(src: str) -> list[Field]:
+    """The ``general.sampling.*`` keys of ``generation_config.json`` (llama.cpp's default sampling settings)."""
+    path = os.path.join(src, "generation_config.json")
+    gen = _read_json(path)
+    if not isinstance(gen, dict):
+        return []
+    fields = []
+    for keys, name, kind in _SAMPLING:
+        value = next((gen[k] for k in keys if gen.get(k) is not None), None)
+        if value is None:
+            continue
+        key = f"general.sampling.{name}"
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if kind == "str" and isinstance(value, str):
+            fields.append(Field.string(key, value))
+        elif kind == "i32" and number and float(value).is_integer() and -2**31 <= value < 2**31:
+            fields.append(Field(key, INT32, struct.pack("<i", int(value))))
+        elif kind == "f32" and number:
+            fields.append(_f32(key, value))
+        else:
+            raise ConvertError(f"{path}: {keys[0]} is {value!r}; expected a {'string' if kind == 'str' else 'number'}")
+    return fields
 
 
 def _f32(key: str, value: float) -> Field:
@@ -193,7 +227,7 @@ def hf_fields(src: str, config: dict, arch: str, params: int, file_type: int) ->
         ``general.file_type``.
     """
     where = os.path.join(src, "config.json")
-    fields = [Field.string("general.architecture", arch), Field.string("general.type", "model"),
+    fields = [Field.string("general.architecture", arch), Field.string("general.type", "model"), *_sampling(src),
               Field.string("general.name", os.path.basename(os.path.normpath(os.path.abspath(src)))),
               Field.string("general.size_label", size_label(params))]
     fields += _hparams(config, arch, where)
@@ -201,10 +235,8 @@ def hf_fields(src: str, config: dict, arch: str, params: int, file_type: int) ->
     fields += _arch_after(config, arch, where)
     fields.append(Field.u32("general.quantization_version", 2))
     tok = _read_json(os.path.join(src, "tokenizer.json"))
-    if not isinstance(tok, dict):
-        raise ConvertError(f"{src}: no tokenizer.json (a GGUF file carries its tokenizer; nbquant reads it from "
-                           "tokenizer.json)")
     tc = _read_json(os.path.join(src, "tokenizer_config.json"))
+    tc = tc if isinstance(tc, dict) else None
     template = None
     jinja = os.path.join(src, "chat_template.jinja")
     if os.path.isfile(jinja):
@@ -213,11 +245,25 @@ def hf_fields(src: str, config: dict, arch: str, params: int, file_type: int) ->
     else:
         chat = _read_json(os.path.join(src, "chat_template.json"))
         template = chat.get("chat_template") if isinstance(chat, dict) else None
-    prefix = []
-    if arch == "llama" and isinstance(tc, dict) and isinstance(tc.get("add_prefix_space"), bool):
-        prefix = [Field("tokenizer.ggml.add_space_prefix", 7, bytes([tc["add_prefix_space"]]))]
+    if arch == "llama" and config["vocab_size"] in (32016, 49152):
+        raise ConvertError(f"{where}: vocab_size {config['vocab_size']} (CodeLlama's or Granite's special tokens) is "
+                           "not mapped to GGUF by nbquant")
+    if arch == "llama" and tc is not None and isinstance(tc.get("add_prefix_space"), bool):
+        fields.append(Field("tokenizer.ggml.add_space_prefix", BOOL, bytes([tc["add_prefix_space"]])))
+    model = os.path.join(src, "tokenizer.model")
     try:
-        fields += prefix + tokenizer_fields(tok, tc if isinstance(tc, dict) else None, config, template)
-    except (KeyError, TypeError, AttributeError, IndexError) as e:
-        raise ConvertError(f"{src}/tokenizer.json: not a tokenizer nbquant reads ({type(e).__name__}: {e})") from None
+        if os.path.isfile(model):  # the converter tries SentencePiece first
+            if os.path.getsize(model) > MAX_MODEL_BYTES:
+                raise ConvertError(f"{model}: larger than {MAX_MODEL_BYTES >> 20} MiB; not read")
+            with open(model, "rb") as f:
+                data = f.read()
+            added = _read_json(os.path.join(src, "added_tokens.json"))
+            fields += sentencepiece_fields(data, tok if isinstance(tok, dict) else None, tc,
+                                           added if isinstance(added, dict) else None, config, template)
+        elif isinstance(tok, dict):
+            fields += tokenizer_fields(tok, tc, config, template)
+        else:
+            raise ConvertError(f"{src}: no tokenizer.json or tokenizer.model (a GGUF file carries its tokenizer)")
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as e:
+        raise ConvertError(f"{src}: a tokenizer file nbquant does not read ({type(e).__name__}: {e})") from None
     return fields

@@ -36,7 +36,7 @@ from nbquant.gguf.file import BOOL, INT32, STRING, Field
 from ..safetensors import ConvertError
 from ..sources.gguf_tokenizer import PRE_TOKENIZERS
 
-__all__ = ["tokenizer_fields", "TokenizerRefused"]
+__all__ = ["looks_special", "special_fields", "tokenizer_fields", "TokenizerRefused"]
 
 #: llama.cpp's token types.
 NORMAL, CONTROL, USER_DEFINED, UNUSED = 1, 3, 4, 5
@@ -52,7 +52,8 @@ class TokenizerRefused(ConvertError):
     """A tokenizer the GGUF metadata cannot be written for (one line: why)."""
 
 
-def _looks_special(token: str) -> bool:
+def looks_special(token: str) -> bool:
+    """The converter's ``does_token_look_special``: an added token it makes a control token though not special."""
     return token in _LOOK_SPECIAL or (token.startswith("<|") and token.endswith("|>")) or \
         (token.startswith("<｜") and token.endswith("｜>")) or (token.startswith("<unused") and token.endswith(">"))
 
@@ -117,7 +118,7 @@ def _tokens(tok: dict, vocab_size: int) -> tuple[list[str], list[int]]:
         entry = added.get(text)
         if entry is None:
             types.append(NORMAL)
-        elif entry.get("special") or _looks_special(text):
+        elif entry.get("special") or looks_special(text):
             types.append(CONTROL)
         else:
             text = text.replace("\u2581", " ")
@@ -282,10 +283,27 @@ def tokenizer_fields(tok: dict, tc: dict | None, config: dict, chat_template: st
     merges = _merges(tok)
     if merges:
         fields.append(_strings("tokenizer.ggml.merges", merges))
-    special = _Special(tok, tc, config, len(tokens))
-    fields += [Field.u32(f"tokenizer.ggml.{_ID_KEYS[k]}", v) for k, v in special.ids.items()]
+    return fields + special_fields(tok, tc, config, len(tokens), chat_template)
+
+
+def special_fields(tok: dict, tc: dict | None, config: dict, n_vocab: int, chat_template: str | None) -> list[Field]:
+    """gguf-py's ``SpecialVocab`` keys: the special token ids, the ``add_*_token`` flags, the chat template.
+
+    Parameters
+    ----------
+    tok, tc : dict or None
+        ``tokenizer.json`` (``{}`` when absent) and ``tokenizer_config.json`` (None when absent).
+    config : dict
+        ``config.json`` (its ``*_token_id`` keys).
+    n_vocab : int
+        The token count: an id at or past it is left out.
+    chat_template : str or None
+        ``chat_template.jinja``'s text, used when ``tokenizer_config.json`` has none.
+    """
+    special = _Special(tok, tc, config, n_vocab)
+    fields = [Field.u32(f"tokenizer.ggml.{_ID_KEYS[k]}", v) for k, v in special.ids.items()]
     fields += [Field(f"tokenizer.ggml.add_{k}_token", BOOL, bytes([v])) for k, v in special.add.items()]
-    template = (tc or {}).get("chat_template", chat_template) if tc else None
+    template = tc.get("chat_template", chat_template) if tc else None
     if isinstance(template, list):
         raise TokenizerRefused("tokenizer_config.json holds several chat templates (a list)")
     if isinstance(template, str):
