@@ -40,6 +40,15 @@ def w4(checkpoint, tmp_path_factory) -> str:
     return out
 
 
+def _copy(folder: str, to, skip: tuple[str, ...] = ()) -> None:
+    """The files of ``folder`` copied into the new folder ``to`` (but ``skip``)."""
+    os.makedirs(to)
+    for name in os.listdir(folder):
+        if name not in skip:
+            with open(os.path.join(folder, name), "rb") as f:
+                (to / name).write_bytes(f.read())
+
+
 def _tensors(folder: str) -> dict[str, np.ndarray]:
     ckpt = open_checkpoint(folder)
     return {n: np.asarray(ckpt.shards[s].tensor(n)) for n, s in ckpt.weight_map.items()}
@@ -84,10 +93,7 @@ def test_w4a16_codes_and_scales_reach_q4_0_and_q8_0_unchanged(w4, tmp_path, sche
 
 def test_a_scale_float16_cannot_hold_is_requantized(w4, tmp_path):
     w4b = tmp_path / "w4b"
-    os.makedirs(w4b)
-    for name in os.listdir(w4):
-        with open(os.path.join(w4, name), "rb") as f, open(w4b / name, "wb") as g:
-            g.write(f.read())
+    _copy(w4, w4b)
     shard = next(n for n in os.listdir(w4b) if n.endswith(".safetensors"))
     f = SafetensorsFile(str(w4b / shard))
     entry = f.entries["model.layers.0.mlp.up_proj.weight_scale"]
@@ -130,10 +136,7 @@ def test_tied_llama3_with_rope_scaling_maps_its_tensors(tmp_path):
 ])
 def test_configs_it_cannot_map_are_one_line_and_leave_no_file(checkpoint, tmp_path, change, message):
     src = tmp_path / "src"
-    os.makedirs(src)
-    for name in os.listdir(checkpoint):
-        with open(os.path.join(checkpoint, name), "rb") as f:
-            (src / name).write_bytes(f.read())
+    _copy(checkpoint, src)
     config = json.loads((src / "config.json").read_text())
     (src / "config.json").write_text(json.dumps(dict(config, **change)))
     with pytest.raises(ConvertError, match=message) as e:
@@ -151,10 +154,7 @@ def test_configs_it_cannot_map_are_one_line_and_leave_no_file(checkpoint, tmp_pa
 ])
 def test_tokenizers_it_cannot_write_are_one_line(checkpoint, tmp_path, edit, message):
     src = tmp_path / "src"
-    os.makedirs(src)
-    for name in os.listdir(checkpoint):
-        with open(os.path.join(checkpoint, name), "rb") as f:
-            (src / name).write_bytes(f.read())
+    _copy(checkpoint, src)
     if edit is None:
         os.remove(src / "tokenizer.json")
     else:
@@ -193,10 +193,7 @@ def _piece(text: str, score: float, kind: int) -> bytes:
 
 def test_a_sentencepiece_model_is_read_with_its_types_and_sampling_settings(checkpoint, tmp_path):
     src = tmp_path / "spm"
-    os.makedirs(src)
-    for name in os.listdir(checkpoint):
-        if name != "tokenizer.json":
-            (src / name).write_bytes(open(os.path.join(checkpoint, name), "rb").read())
+    _copy(checkpoint, src, skip=("tokenizer.json",))
     pieces = [("<unk>", 0.0, 2), ("<s>", 0.0, 3), ("</s>", 0.0, 3), ("<0x41>", 0.0, 6), ("\u2581a", -1.5, 1),
               ("<tool>", 0.0, 4), ("x", -2.0, 5)]
     (src / "tokenizer.model").write_bytes(b"".join(_piece(*p) for p in pieces) + b"\x12\x02\x08\x01")  # + a spec

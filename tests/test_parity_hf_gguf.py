@@ -82,6 +82,14 @@ def _folder(oracle, tmp: Path, model: str, hidden: int = 64, intermediate: int =
     return folder
 
 
+def _check_quantized(llama_quantize, ref: Path, folder: Path, tmp_path: Path, scheme: str) -> None:
+    """nbquant's ``scheme`` file of ``folder`` is llama-quantize's of the converter's file ``ref``, byte for byte."""
+    subprocess.run([str(llama_quantize), str(ref), str(tmp_path / f"ref-{scheme}.gguf"), scheme, "2"], check=True,
+                   capture_output=True)
+    convert_hf_gguf(folder, tmp_path / f"nb-{scheme}.gguf", scheme, progress=False)
+    assert (tmp_path / f"nb-{scheme}.gguf").read_bytes() == (tmp_path / f"ref-{scheme}.gguf").read_bytes()
+
+
 @pytest.fixture(scope="session")
 def models(oracle, tmp_path_factory):
     """model → (its folder, the converter's BF16 file), made once: the converter takes ~20 s on a 128k vocabulary."""
@@ -122,10 +130,7 @@ def test_llama3_rope_scaling_writes_the_converters_rope_freqs(oracle, tmp_path):
                          [("qwen2", "Q4_K_M"), ("qwen3", "Q5_K_M"), ("llama3_tied", "Q4_K_S")])
 def test_quantized_files_are_llama_quantize_of_the_converters(models, llama_quantize, tmp_path, model, scheme):
     folder, bf16 = models(model)
-    subprocess.run([str(llama_quantize), str(bf16), str(tmp_path / "ref.gguf"), scheme, "2"], check=True,
-                   capture_output=True)
-    convert_hf_gguf(folder, tmp_path / "nb.gguf", scheme, progress=False)
-    assert (tmp_path / "nb.gguf").read_bytes() == (tmp_path / "ref.gguf").read_bytes()
+    _check_quantized(llama_quantize, bf16, folder, tmp_path, scheme)
 
 
 def test_w4a16_source_decodes_as_the_converter_and_re_encodes_exactly(oracle, models, llama_quantize, tmp_path):
@@ -137,10 +142,7 @@ def test_w4a16_source_decodes_as_the_converter_and_re_encodes_exactly(oracle, mo
     bf16 = _converter(oracle, w4, tmp_path / "ref-bf16.gguf", "bf16")  # the converter decodes pack-quantized
     convert_hf_gguf(w4, tmp_path / "nb-bf16.gguf", "BF16", progress=False)
     assert (tmp_path / "nb-bf16.gguf").read_bytes() == bf16.read_bytes()
-    subprocess.run([str(llama_quantize), str(bf16), str(tmp_path / "ref.gguf"), "Q4_K_M", "2"], check=True,
-                   capture_output=True)
-    convert_hf_gguf(w4, tmp_path / "nb.gguf", "Q4_K_M", progress=False)
-    assert (tmp_path / "nb.gguf").read_bytes() == (tmp_path / "ref.gguf").read_bytes()
+    _check_quantized(llama_quantize, bf16, w4, tmp_path, "Q4_K_M")
     report = convert_hf_gguf(w4, tmp_path / "q4_0.gguf", "Q4_0", progress=False)
     exact = [t.name for t in report.tensors if "exact" in t.reason]
     assert len(exact) == 14  # every quantized projection of the two layers
@@ -184,10 +186,7 @@ def test_sentencepiece_tokenizer_and_sampling_settings_are_the_converters(oracle
     assert (tmp_path / "nb.gguf").read_bytes() == ref.read_bytes()
     with open_model(str(ref)) as g:
         assert g.value("tokenizer.ggml.model") == "llama" and g.value("general.sampling.top_k") == 50
-    subprocess.run([str(llama_quantize), str(ref), str(tmp_path / "ref.gguf"), "Q4_0", "2"], check=True,
-                   capture_output=True)
-    convert_hf_gguf(folder, tmp_path / "nb-q.gguf", "Q4_0", progress=False)
-    assert (tmp_path / "nb-q.gguf").read_bytes() == (tmp_path / "ref.gguf").read_bytes()
+    _check_quantized(llama_quantize, ref, folder, tmp_path, "Q4_0")
 
 
 def test_sharded_float16_checkpoint_is_read_in_the_converters_order(oracle, models, llama_quantize, tmp_path):
@@ -209,7 +208,4 @@ def test_sharded_float16_checkpoint_is_read_in_the_converters_order(oracle, mode
     ref = _converter(oracle, folder, tmp_path / "ref-f16.gguf", "f16")
     convert_hf_gguf(folder, tmp_path / "nb.gguf", "F16", progress=False)
     assert (tmp_path / "nb.gguf").read_bytes() == ref.read_bytes()
-    subprocess.run([str(llama_quantize), str(ref), str(tmp_path / "ref.gguf"), "Q4_K_M", "2"], check=True,
-                   capture_output=True)
-    convert_hf_gguf(folder, tmp_path / "nb-q.gguf", "Q4_K_M", progress=False)
-    assert (tmp_path / "nb-q.gguf").read_bytes() == (tmp_path / "ref.gguf").read_bytes()
+    _check_quantized(llama_quantize, ref, folder, tmp_path, "Q4_K_M")
