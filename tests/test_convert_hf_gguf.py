@@ -215,3 +215,31 @@ def test_a_sentencepiece_model_is_read_with_its_types_and_sampling_settings(chec
     with pytest.raises(ConvertError, match=r"generation_config.json: top_k is 'forty'; expected a number"):
         convert_hf_gguf(str(src), tmp_path / "n.gguf", "BF16", progress=False)
     assert not (tmp_path / "n.gguf").exists()
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("chat_template.jinja", b"\xff\xfe{{ x }}", "chat_template.jinja: not readable UTF-8 text"),
+    ("tokenizer_config.json", b'{"added_tokens_decoder": {"x": {"content": "a"}}}', "a tokenizer file nbquant does "
+                                                                                   "not read"),
+    ("generation_config.json", b"{", "generation_config.json: not readable JSON"),
+])
+def test_broken_side_files_are_one_line(checkpoint, tmp_path, name, content, message):
+    src = tmp_path / "src"
+    _copy(checkpoint, src, skip=("tokenizer.json",) if name == "tokenizer_config.json" else ())
+    if name == "tokenizer_config.json":
+        (src / "tokenizer.model").write_bytes(_piece("<unk>", 0.0, 2))
+    (src / name).write_bytes(content)
+    with pytest.raises(ConvertError, match=message) as e:
+        convert_hf_gguf(str(src), tmp_path / "m.gguf", "BF16", progress=False)
+    assert "\n" not in str(e.value) and not (tmp_path / "m.gguf").exists()
+
+
+def test_a_tokenizer_linked_from_outside_the_folder_is_refused(checkpoint, tmp_path):
+    src = tmp_path / "src"
+    _copy(checkpoint, src, skip=("tokenizer.json",))
+    outside = tmp_path / "elsewhere.json"
+    outside.write_bytes(open(os.path.join(checkpoint, "tokenizer.json"), "rb").read())
+    os.symlink(outside, src / "tokenizer.json")
+    with pytest.raises(ConvertError, match="tokenizer.json"):
+        convert_hf_gguf(str(src), tmp_path / "m.gguf", "BF16", progress=False)
+    assert not (tmp_path / "m.gguf").exists()

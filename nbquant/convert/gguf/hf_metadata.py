@@ -114,16 +114,24 @@ def _positive(config: dict, key: str, where: str) -> int:
     return v
 
 
-def _read_json(path: str) -> object | None:
-    """A JSON file of the checkpoint, None when absent; a broken one is one line."""
-    if not os.path.isfile(path):
-        return None
+def _read_text(path: str) -> str:
+    """A text file of the checkpoint (at most :data:`_MAX_JSON` bytes of UTF-8); anything else is one line."""
     if os.path.getsize(path) > _MAX_JSON:
         raise ConvertError(f"{path}: larger than {_MAX_JSON >> 20} MiB; not read")
     try:
         with open(path, encoding="utf-8") as f:
-            return loads(f.read())
-    except (OSError, UnicodeDecodeError, UntrustedJSONError, ValueError) as e:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConvertError(f"{path}: not readable UTF-8 text: {e}") from None
+
+
+def _read_json(path: str) -> object | None:
+    """A JSON file of the checkpoint, None when absent; a broken one is one line."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        return loads(_read_text(path))
+    except (UntrustedJSONError, ValueError) as e:
         raise ConvertError(f"{path}: not readable JSON: {e}") from None
 
 
@@ -240,8 +248,7 @@ def hf_fields(src: str, config: dict, arch: str, params: int, file_type: int) ->
     template = None
     jinja = os.path.join(src, "chat_template.jinja")
     if os.path.isfile(jinja):
-        with open(jinja, encoding="utf-8") as f:
-            template = f.read()
+        template = _read_text(jinja)
     else:
         chat = _read_json(os.path.join(src, "chat_template.json"))
         template = chat.get("chat_template") if isinstance(chat, dict) else None
