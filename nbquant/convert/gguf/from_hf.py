@@ -46,7 +46,7 @@ from nbquant.gguf.file import Field, TensorInfo, type_id, type_name
 from nbquant.gguf.policy import ALIASES, SCHEMES
 
 from ..plan import open_checkpoint
-from ..safetensors import ConvertError
+from ..safetensors import ConvertError, dtype_name
 from ..schemes import get_scheme
 from ..sources import Decoded, open_source
 from ..sources.gguf import hf_tensors
@@ -59,8 +59,8 @@ __all__ = ["ARCHITECTURES", "HFModel", "convert_hf_gguf", "open_hf"]
 #: transformers class → GGUF ``general.architecture``, as llama.cpp's converter maps them.
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
                  "Qwen3ForCausalLM": "qwen3"}
-#: The checkpoint dtypes (safetensors names) and their GGUF types.
-_FLOAT_TYPES = {"BF16": "BF16", "F16": "F16", "F32": "F32"}
+#: The checkpoint dtypes (safetensors names, which are also the GGUF type names) that are written.
+_FLOAT_TYPES = ("BF16", "F16", "F32")
 _ALIGNMENT = 32
 
 
@@ -76,15 +76,11 @@ def _gguf_name(hf: str, arch: str, layers: int) -> str | None:
     return None
 
 
-def _to_float32(x: np.ndarray) -> np.ndarray:
-    return np.asarray(x).astype(np.float32)
-
-
 def _as_type(x: np.ndarray, qtype: str) -> np.ndarray:
     """``x`` in GGUF float type ``qtype`` as the converter writes it (float32 first, then round to nearest even)."""
     if x.dtype == {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16}[qtype]:
         return x
-    x = _to_float32(x)
+    x = x.astype(np.float32)
     if qtype == "F32":
         return x
     if qtype == "F16":
@@ -143,13 +139,13 @@ class HFModel:
     parts = 1
     version = 3
 
-    def __init__(self, path: str, fields: list[Field], plan: list[tuple[str, str, object, str, int | None]]) -> None:
+    def __init__(self, path: str, fields: list[Field], plan: list[tuple[str, object, str, int | None]]) -> None:
         self.path, self.alignment = path, _ALIGNMENT
         self.fields = {f.key: f for f in fields}
-        self._plan = {name: (hf, x, heads) for name, hf, x, _, heads in plan}
+        self._plan = {name: (x, heads) for name, x, _, heads in plan}
         self.tensors: dict[str, TensorInfo] = {}
         offset = 0
-        for name, _, x, qtype, _ in plan:
+        for name, x, qtype, _ in plan:
             ne = tuple(reversed(x.shape)) + (1,) * (4 - len(x.shape))
             info = TensorInfo(name, ne, type_id(qtype), offset)
             self.tensors[name] = info
@@ -166,7 +162,7 @@ class HFModel:
 
     def tensor_bytes(self, name: str) -> memoryview:
         """Tensor ``name`` in its type (:attr:`tensors`), made from the checkpoint."""
-        hf, x, heads = self._plan[name]
+        x, heads = self._plan[name]
         info = self.tensors[name]
         a = _as_type(np.asarray(x[:] if isinstance(x, Decoded) else x), type_name(info.type_id))
         if heads is not None:
@@ -175,7 +171,7 @@ class HFModel:
 
     def exact_records(self, name: str, qtype: str) -> np.ndarray | None:
         """Tensor ``name`` as ``qtype`` records holding the source's codes and scales, or None (see the module)."""
-        hf, x, heads = self._plan[name]
+        x, heads = self._plan[name]
         if qtype not in ("Q4_0", "Q8_0") or not isinstance(x, Decoded):
             return None
         found = _exact_codes(x, 4 if qtype == "Q4_0" else 8)
@@ -241,37 +237,30 @@ def open_hf(src: str, outtype: str | None) -> HFModel:
             if hf == "lm_head.weight" and config.get("tie_word_embeddings"):
                 continue
             raise _refuse(src, f"tensor {hf} has no place in llama.cpp's {arch} model")
-        dtype = _FLOAT_TYPES.get(_dtype_name(x))
-        if dtype is None:
-            raise _refuse(src, f"tensor {hf} is {_dtype_name(x)}")
+        dtype = dtype_name(x.dtype)
+        if dtype not in _FLOAT_TYPES:
+            raise _refuse(src, f"tensor {hf} is {dtype}")
         qtype = "F32" if x.ndim == 1 else (outtype or dtype)
         heads = None
         if arch == "llama" and name.endswith((".attn_q.weight", ".attn_k.weight")):
             heads = config["num_attention_heads"] if ".attn_q." in name else config["num_key_value_heads"]
         packed = isinstance(x, Decoded) and x.fmt.codes == "weight_packed"  # the converter appends these
-        (appended if packed else tensors).append((hf, name, x, qtype, heads))
+        (appended if packed else tensors).append((name, x, qtype, heads))
     tensors += appended
     rope = rope_parameters(config)
     if arch == "llama" and str(rope.get("rope_type", "")).lower() == "llama3":
         head_dim = config["head_dim"]
-        tensors.insert(0, ("", "rope_freqs.weight", rope_freqs(rope, head_dim), "F32", None))
-    params = sum(math.prod(x.shape) for _, _, x, _, _ in tensors)
-    source = {q for _, _, x, q, _ in tensors if x.ndim > 1}
+        tensors.insert(0, ("rope_freqs.weight", rope_freqs(rope, head_dim), "F32", None))
+    params = sum(math.prod(x.shape) for _, x, _, _ in tensors)
+    source = {q for _, x, q, _ in tensors if x.ndim > 1}  # outtype None: the job sets the scheme's file type
     file_type = FILE_TYPES[outtype or (source.pop() if len(source) == 1 else "BF16")]
-    fields = hf_fields(src, config, arch, params, file_type)
-    return HFModel(src, fields, [(n, hf, x, q, h) for hf, n, x, q, h in tensors])
+    return HFModel(src, hf_fields(src, config, arch, params, file_type), tensors)
 
 
 def _converter_order(ckpt) -> list[str]:
     """The tensor names in the order the converter reads them: the shards by file name, each shard's names sorted
     (a decoded weight under its own name)."""
     return [name for shard in sorted(ckpt.shards) for name in sorted(ckpt.shards[shard].entries)]
-
-
-def _dtype_name(x) -> str:
-    dtype = np.dtype(x.dtype)
-    return {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16", np.dtype(ml_dtypes.bfloat16): "BF16"}.get(
-        dtype, str(dtype))
 
 
 

@@ -172,7 +172,7 @@ def rope_parameters(config: dict) -> dict:
 
 
 def _hparams(config: dict, arch: str, where: str) -> list[Field]:
-    """``{arch}.*`` and ``general.file_type``'s place: the keys before the file type, and those after it."""
+    """The ``{arch}.*`` keys the converter writes before ``general.file_type`` (its base class's)."""
     if config.get("num_local_experts") or config.get("num_experts"):
         raise ConvertError(f"{where}: a mixture-of-experts config is not mapped to GGUF by nbquant")
     if config.get("use_sliding_window"):
