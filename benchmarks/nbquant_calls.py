@@ -75,9 +75,17 @@ def nbq_quantize_nf4(p: Problem, backend: str | None = None) -> Bench:
 
 
 def nbq_dequantize_nf4(p: Problem, backend: str | None = None) -> Bench:
-    """``NF4Quantized.dequantize`` of the codes ``p.src`` with float32 block scales, into a fresh float32 array."""
+    """``NF4Quantized.dequantize`` of the codes ``p.src`` with float32 block scales, into a fresh float32 array.
+
+    The scales go where the codes are, as :func:`nbq_mx_dequantize` places them.
+    """
     ref = p.kwargs["nf4"]
-    nq = nbquant.NF4Quantized(p.src, ref.scales, ref.shape, ref.block_size)
+    scales = ref.scales
+    if hasattr(p.src, "copy_to_host"):  # device codes: the scales a device quantize_nf4 returns, on the device
+        from nbquant.backends.cuda.runtime import to_device
+
+        scales = to_device(scales)
+    nq = nbquant.NF4Quantized(p.src, scales, ref.shape, ref.block_size)
     return lambda: nq.dequantize(backend=backend)
 
 

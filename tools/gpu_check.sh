@@ -13,13 +13,15 @@
 #   latency  python -m benchmarks.cuda with an empty NUMBA_CACHE_DIR (cold compile), then again (cache load)
 #            with a profile of the small call on device arrays;
 #   ratio    python -m benchmarks --device cuda at 2^24 and 2^28, the quantize and dequantize case of each kernel
-#            family, against a device-to-device copy of the same bytes and torch on CUDA;
+#            family (RATIO_CASES: other case names), against a device-to-device copy of the same bytes and torch
+#            on CUDA;
 #   gguf     python -m benchmarks.gguf_quantize --device cuda: each GGUF format on a 4096 x 4096 device matrix
 #            against the cpu backend on every core, and the two outputs compared byte for byte;
 #   convert  nbquant convert of a 594 MiB bf16 checkpoint on the cpu and on cuda (NBQUANT_BACKEND=cuda):
 #            wall time and a byte comparison of the outputs.
 # A wheel folder .whl/ (numba-cuda and what it needs, for Python 3.12) is installed into /tmp/site first when
-# present; numba itself only when the machine's llvmlite matches it.
+# present; numba itself only when the machine's llvmlite matches it. Archives .whl/*-site.tar.xz (unpacked wheels:
+# numba, llvmlite, numba-cuda, cuda-core, cuda-pathfinder, ml_dtypes, NumPy 2.4) are unpacked there instead.
 set -u
 cd "$(dirname "$0")/.."
 OUTD=${OUT:-/tmp/nbquant-gpu}
@@ -38,7 +40,10 @@ phase() {  # phase NAME LIMIT_S CMD...: run CMD with a time limit, its output in
     echo "$name rc=$rc $(($(date +%s) - start))s (at $(($(date +%s) - T0))s)" | tee -a "$OUTD/summary.txt"
 }
 
-if ls .whl/*.whl >/dev/null 2>&1; then
+if ls .whl/*-site.tar.xz >/dev/null 2>&1; then
+    # the same packages as site-packages trees in xz (llvmlite's wheel alone is 57 MB, over the 64 MiB a call carries)
+    mkdir -p /tmp/site && for f in .whl/*-site.tar.xz; do tar xJf "$f" -C /tmp/site; done && export PYTHONPATH=/tmp/site
+elif ls .whl/*.whl >/dev/null 2>&1; then
     # numpy too: numba-cuda 0.30.4 needs a NumPy that still has np.row_stack (removed in 2.5)
     wheels=$(ls .whl/numba_cuda-*.whl .whl/cuda_core-*.whl .whl/cuda_pathfinder-*.whl .whl/ml_dtypes-*.whl \
         .whl/numpy-*.whl 2>/dev/null)
@@ -119,7 +124,7 @@ from nbquant.blocks import get_block_format as g; q(g('gguf_${f,,}'), np.ones((1
     ratio)
         wait
         phase ratio "${RATIO_LIMIT:-200}" $PY -m benchmarks --device cuda --sizes "${RATIO_SIZES:-2^24,2^28}" --repeats 10 \
-            --cases "$FAMILIES" --json "$OUTD/bench-cuda.json" ;;
+            --cases "${RATIO_CASES:-$FAMILIES}" --json "$OUTD/bench-cuda.json" ;;
     gguf) wait; phase gguf "${GGUF_LIMIT:-60}" $PY -m benchmarks.gguf_quantize --device cuda --repeats 5 \
         --formats "$GGUF_FORMATS" --json "$OUTD/gguf-cuda.json" ;;
     convert) wait; phase convert "${CONVERT_LIMIT:-120}" bash -c convert_both ;;

@@ -24,7 +24,8 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-__all__ = ["U0", "U1", "column_frame", "column_walk", "next_block", "row_coords", "rows_of", "thread_start"]
+__all__ = ["U0", "U1", "column_frame", "column_walk", "next_block", "row_coords", "rows_of", "team_coords", "team_item",
+           "team_keys", "thread_start"]
 
 U0 = np.uint64(0)
 U1 = np.uint64(1)
@@ -113,3 +114,49 @@ def column_frame(layout, views, item):
             row += np.uint64(cuda.gridDim.y)
 
     return walk
+
+
+# Teams: a team of threads (a power of two, at most a warp) per block of a row, for the kernels that reduce a
+# block before they write it (dynamic quantize, the block formats). A thread block takes ``blockDim / team``
+# items per round; every thread takes part in every round, because the combine has barriers.
+
+
+@cuda.jit(device=True, inline="always")
+def team_coords(team):
+    """``(tid, lane, first, teams)``: this thread, its lane in its team, the team's lane 0, teams per thread block."""
+    tid = np.uint64(cuda.threadIdx.x)
+    lane = tid % team
+    return tid, lane, tid - lane, np.uint64(cuda.blockDim.x) // team
+
+
+@cuda.jit(device=True, inline="always")
+def team_item(base, tid, team, total, inner):
+    """The item of this thread's team in the round at ``base``, split as ``(item // inner, item % inner, active)``.
+
+    An inactive team (past ``total``) gets item 0 and still takes part in the round's barriers.
+    """
+    item = base + tid // team
+    active = item < total
+    outer = item // inner if active else U0
+    return outer, item - outer * inner, active
+
+
+@cuda.jit(device=True, inline="always")
+def team_keys(lo, hi, tid, first, team, slo, shi):
+    """The min of ``lo`` and max of ``hi`` over the ``team`` lanes from thread ``first`` (a barrier for all).
+
+    Each thread writes its keys to shared memory, then every lane reads its team's (the same
+    addresses for a team: broadcast reads, no bank conflicts). The second barrier keeps the
+    next round from overwriting keys a slower team is still reading.
+    """
+    slo[tid] = lo
+    shi[tid] = hi
+    cuda.syncthreads()
+    i = first
+    end = first + team
+    while i < end:
+        lo = min(lo, slo[i])
+        hi = max(hi, shi[i])
+        i += U1
+    cuda.syncthreads()
+    return lo, hi

@@ -26,7 +26,7 @@ from numba import cuda, types
 from ...element import abs_bits, block_qparams, code_bits, pack_field, quantize_value, range_keys
 from ...layout import canonical_dims, canonical_views
 from . import runtime
-from ._loops import U0, U1, thread_start
+from ._loops import U0, U1, team_coords, team_item, team_keys, thread_start
 from .runtime import (
     B1,
     CODE_DTYPES,
@@ -53,26 +53,6 @@ def _rows_signature(data, codes):
 
 
 @cuda.jit(device=True, inline="always")
-def team_coords(team):
-    """``(tid, lane, first, teams)``: this thread, its lane in its team, the team's lane 0, teams per thread block."""
-    tid = np.uint64(cuda.threadIdx.x)
-    lane = tid % team
-    return tid, lane, tid - lane, np.uint64(cuda.blockDim.x) // team
-
-
-@cuda.jit(device=True, inline="always")
-def team_item(base, tid, team, total, inner):
-    """The item of this thread's team in the round at ``base``, split as ``(item // inner, item % inner, active)``.
-
-    An inactive team (past ``total``) gets item 0 and still takes part in the round's barriers.
-    """
-    item = base + tid // team
-    active = item < total
-    outer = item // inner if active else U0
-    return outer, item - outer * inner, active
-
-
-@cuda.jit(device=True, inline="always")
 def fold_keys(xs, c, end, step, use_minmax, lo, hi):
     """``lo``/``hi`` folded with the keys of ``xs[c], xs[c + step], ...`` below ``end`` (min/max keys or absmax)."""
     if use_minmax:
@@ -85,27 +65,6 @@ def fold_keys(xs, c, end, step, use_minmax, lo, hi):
         while c < end:
             hi = max(hi, abs_bits(xs[c]))
             c += step
-    return lo, hi
-
-
-@cuda.jit(device=True, inline="always")
-def team_keys(lo, hi, tid, first, team, slo, shi):
-    """The min of ``lo`` and max of ``hi`` over the ``team`` lanes from thread ``first`` (a barrier for all).
-
-    Each thread writes its keys to shared memory, then every lane reads its team's (the same
-    addresses for a team: broadcast reads, no bank conflicts). The second barrier keeps the
-    next round from overwriting keys a slower team is still reading.
-    """
-    slo[tid] = lo
-    shi[tid] = hi
-    cuda.syncthreads()
-    i = first
-    end = first + team
-    while i < end:
-        lo = min(lo, slo[i])
-        hi = max(hi, shi[i])
-        i += U1
-    cuda.syncthreads()
     return lo, hi
 
 
