@@ -81,6 +81,29 @@ def test_torch_cuda_tensors_in_and_back(torch, dtype, wrap):
     np.testing.assert_array_equal(host_copy(y).view(np.int16), y_ref.view(np.int16))
 
 
+@pytest.fixture(scope="module")
+def cupy():
+    """CuPy with a device, or a skip."""
+    cupy = pytest.importorskip("cupy")
+    if cupy.cuda.runtime.getDeviceCount() == 0:
+        pytest.skip("CuPy sees no device")
+    return cupy
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_cupy_arrays_in_and_back(cupy, dtype):
+    x = (np.random.default_rng(2).standard_normal((41, 96)) * 3).astype(dtype)
+    scale = np.linspace(0.01, 0.05, 41, dtype=np.float32)
+    q = nbquant.quantize(cupy.asarray(x), scale, "int8", axis=0)
+    assert is_device_array(q)
+    ref = nbquant.quantize(x, scale, "int8", axis=0, backend="reference")
+    np.testing.assert_array_equal(host_copy(q), ref)
+    back = cupy.asarray(q)  # zero-copy the other way
+    assert back.data.ptr == q.device_ctypes_pointer.value
+    y = nbquant.dequantize(back, scale, axis=0)
+    np.testing.assert_array_equal(host_copy(y), nbquant.dequantize(ref, scale, axis=0, backend="reference"))
+
+
 def test_torch_stream_orders_the_work(torch):
     """Work queued on a torch stream runs after what that stream already holds, and the call returns at once."""
     stream = torch.cuda.Stream()
