@@ -29,6 +29,7 @@ from ...blocks._format import BlockKernelOps, block_kernel, import_kernel_module
 from .._views import float32_from_bits, kernel_float_view, output_float_like
 from . import runtime
 from ._loops import U0, U1, column_frame, team_coords, team_item, team_keys, thread_start
+from .dynamic import fold_keys
 from .runtime import (
     B1,
     F32,
@@ -46,27 +47,18 @@ from .runtime import (
 _U8 = array_type(np.uint8, 2)
 _U8_3 = array_type(np.uint8, 3)
 _U2 = np.uint64(2)
-_NO_KEY = np.int64(0)  # the min key team_keys also folds; the block kernels use only the max
+_NO_KEY = np.int64(0)  # the min key fold_keys and team_keys also carry; the block kernels use only the max
 
 _FROM_FLOATS = [(d,) for d in INPUT_DTYPES]
 _TO_FLOATS = [(o,) for o in OUTPUT_DTYPES]
-
-
-@cuda.jit(device=True, inline="always")
-def _absmax_bits(xs, c, end, step):
-    """The largest ``element.abs_bits`` of ``xs[c], xs[c + step], ...`` below ``end`` (0 when none)."""
-    amax = np.int64(0)
-    while c < end:
-        amax = max(amax, element.abs_bits(xs[c]))
-        c += step
-    return amax
 
 
 def _team_frame(body):
     """The walk of a block quantize kernel over its (rows, n) arrays: a team of threads per scale block.
 
     The lanes of a team read the block's elements with a stride of the team (coalesced), fold their
-    absmax bits through shared memory (:func:`~._loops.team_keys`), then each lane encodes its share.
+    absmax bits (:func:`~.dynamic.fold_keys`, as the dynamic kernels do), combine them through shared
+    memory (:func:`~._loops.team_keys`), then each lane encodes its share.
     ``body(args, views, b, c, c1, lane, team, amax)`` is a ``cuda.jit(device=True, inline="always")``
     function: block ``b``, columns ``c:c1``, of one row, ``views`` the row views of ``args[0:3]``
     (input, codes, scales) and ``amax`` the block's largest absolute-value bits; lane 0 writes the
@@ -86,7 +78,7 @@ def _team_frame(body):
             row, b, active = team_item(base, tid, ut, total, nblocks)
             c = b * ub
             xs = x[row]
-            amax = _absmax_bits(xs, c + lane, c + ub if active else U0, ut)
+            _, amax = fold_keys(xs, c + lane, c + ub if active else U0, ut, False, _NO_KEY, _NO_KEY)
             _, amax = team_keys(_NO_KEY, amax, tid, first, ut, keys[0], keys[1])
             if active:
                 body(args, (xs, codes[row], scales[row]), b, c, c + ub, lane, ut, amax)
