@@ -15,6 +15,16 @@ def _layout_kwargs(p: Problem) -> dict:
     return {k: v for k, v in p.kwargs.items() if k in ("axis", "block_size")}
 
 
+def _beside(codes, scales):
+    """``scales`` where ``codes`` are: a device copy when the codes are on the device (as a device quantize returns
+    them; ``to_device`` carries ml_dtypes dtypes such as E8M0 too), else as they are."""
+    if not hasattr(codes, "copy_to_host"):
+        return scales
+    from nbquant.backends.cuda.runtime import to_device
+
+    return to_device(scales)
+
+
 def nbq_quantize(p: Problem, backend: str | None = None, out: bool = False) -> Bench:
     """``nbquant.quantize`` of the problem, with its zero points if any (into ``p.out`` when ``out``)."""
     kw = dict(_layout_kwargs(p), zero_point=p.zero_point, packed=p.kwargs["packed"], backend=backend)
@@ -47,11 +57,7 @@ def nbq_mx_dequantize(p: Problem, backend: str | None = None) -> Bench:
     The scales go where the codes are (a device copy with ``--device cuda``): both must be on one side.
     """
     r, data, fmt = p.kwargs["block_formats"], p.src, p.kwargs["dtype"]
-    scales = r.scales
-    if hasattr(data, "copy_to_host"):
-        from nbquant.backends.cuda.runtime import to_device  # E8M0 scales: an ml_dtypes dtype
-
-        scales = to_device(scales)
+    scales = _beside(data, r.scales)
     if fmt == "nvfp4":
         return lambda: nbquant.dequantize_nvfp4(data, scales, r.global_scale, backend=backend)
     return lambda: nbquant.dequantize_mx(data, scales, fmt, backend=backend)
@@ -80,12 +86,7 @@ def nbq_dequantize_nf4(p: Problem, backend: str | None = None) -> Bench:
     The scales go where the codes are, as :func:`nbq_mx_dequantize` places them.
     """
     ref = p.kwargs["nf4"]
-    scales = ref.scales
-    if hasattr(p.src, "copy_to_host"):  # device codes: the scales a device quantize_nf4 returns, on the device
-        from nbquant.backends.cuda.runtime import to_device
-
-        scales = to_device(scales)
-    nq = nbquant.NF4Quantized(p.src, scales, ref.shape, ref.block_size)
+    nq = nbquant.NF4Quantized(p.src, _beside(p.src, ref.scales), ref.shape, ref.block_size)
     return lambda: nq.dequantize(backend=backend)
 
 
